@@ -1,0 +1,54 @@
+# make lab        set up (first time) and open JupyterLab at notebooks/
+# make test       set up (first time) and run every test (no GPU needed)
+# make test-gpu   on a GPU machine: tests, notebooks and benchmarks on the GPU, results into $(OUT)
+#                 (PY=python3 uses an existing interpreter and installs nothing)
+# make format     ruff format + clang-format;  make strip  removes notebook outputs
+# make exercises  regenerates kernels/exercises/ from kernels/solutions/
+
+VENV ?= .venv
+PY ?= $(VENV)/bin/python
+OUT ?= out
+SETUP := $(if $(filter $(VENV)/%,$(PY)),$(VENV)/.ready)
+PIP_QUIET := 2>&1 | grep -v -e "is ignored" -e "^$$" || true
+
+.PHONY: setup lab test test-gpu bench format strip exercises clean
+
+setup: $(SETUP)
+
+$(VENV)/.ready: requirements.txt
+	python3 -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q --upgrade pip $(PIP_QUIET)
+	$(VENV)/bin/python -m pip install -q -r requirements.txt $(PIP_QUIET)
+	$(VENV)/bin/python -c "import torch, matplotlib, nbclient, ipykernel" # fail here, not later, if pip did
+	$(VENV)/bin/python -m helpers.env --ensure-nvcc
+	touch $@
+
+lab: $(SETUP)
+	$(PY) -m ipykernel install --sys-prefix --name cuda-course --display-name "CUDA course ($(notdir $(PY)))"
+	$(PY) -m jupyter lab --notebook-dir=notebooks
+
+test: $(SETUP)
+	$(PY) -m pytest
+
+test-gpu: $(SETUP)
+	mkdir -p $(OUT)
+	COURSE_NB_OUT=$(OUT) $(PY) -m pytest -q -p no:cacheprovider --junitxml=$(OUT)/pytest.xml 2>&1 | tee $(OUT)/pytest.log | tail -n 15
+	$(PY) -m benchmarks.loader_times --out $(OUT)/loader_times.json
+	$(PY) -m benchmarks.run --out $(OUT)
+
+bench: $(SETUP)
+	$(PY) -m benchmarks.run --out results
+
+format: $(SETUP)
+	$(PY) -m ruff format . && $(PY) -m ruff check --fix .
+	$(VENV)/bin/clang-format -i $$(find kernels -name '*.cu' -o -name '*.cuh' -o -name '*.h' -o -name '*.cpp')
+
+strip:
+	python3 -c "import json,sys,pathlib;\
+	[p.write_text(json.dumps({**(nb:=json.loads(p.read_text())), 'cells':[{**c,'outputs':[],'execution_count':None} if c['cell_type']=='code' else c for c in nb['cells']]}, indent=1, ensure_ascii=False)+'\n') for p in pathlib.Path('notebooks').glob('*.ipynb')]"
+
+exercises: $(SETUP)
+	$(PY) -m helpers.exercises
+
+clean:
+	rm -rf $(VENV) $(OUT) .pytest_cache

@@ -1,0 +1,138 @@
+"""How fast is it? Median times, GB/s, and the share of the card's copy bandwidth, from one run.
+
+    t = bench.time(lambda: ext.forward(x, coeffs))          # Timing(median, p20, p80) in ms
+    rows = bench.compare({"ours": f, "native": g, "torch.compile": h}, nbytes=2 * x.nbytes,
+                         op="poly fwd", shape=x.shape, dtype=x.dtype)
+
+On CUDA, `time` is triton.testing.do_bench: CUDA events around each call, warm-up first, the L2 cache
+flushed before every call, medians and 20th/80th percentiles. Without triton the same loop is done here.
+On the CPU it is torch.utils.benchmark's blocked_autorange. Memory-bound kernels are judged against
+`copy_gbps(nbytes)`: a device-to-device copy moving the same number of bytes, timed the same way, in
+the same process, on the same card. Never time a kernel on zeros (compressible, and not your data).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import statistics
+
+import torch
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    ms: float  # median
+    lo: float  # 20th percentile
+    hi: float  # 80th percentile
+
+    def gbps(self, nbytes: int) -> float:
+        return nbytes / (self.ms * 1e-3) / 1e9
+
+
+def _cuda_events(fn, warmup_ms=25, rep_ms=100) -> list[float]:
+    flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        flush.zero_()
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    est = max(start.elapsed_time(end) / 5, 1e-3)
+    for _ in range(max(1, int(warmup_ms / est))):
+        fn()
+    n = max(1, int(rep_ms / est))
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    for s, e in zip(starts, ends):
+        flush.zero_()
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+
+def time(fn, *, device: str | torch.device | None = None, rep_ms: int = 100) -> Timing:
+    """Time fn() (no arguments). `device` defaults to CUDA when available."""
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if torch.device(device).type == "cuda":
+        try:
+            from triton.testing import do_bench
+        except ImportError:
+            times = sorted(_cuda_events(fn, rep_ms=rep_ms))
+            q = lambda p: times[min(len(times) - 1, int(p * len(times)))]  # noqa: E731
+            return Timing(statistics.median(times), q(0.2), q(0.8))
+        med, lo, hi = do_bench(fn, warmup=25, rep=rep_ms, quantiles=[0.5, 0.2, 0.8])
+        return Timing(med, lo, hi)
+    import torch.utils.benchmark as tb
+
+    m = tb.Timer(stmt="fn()", globals={"fn": fn}).blocked_autorange(min_run_time=0.2)
+    times = sorted(m.times)
+    return Timing(m.median * 1e3, times[int(0.2 * (len(times) - 1))] * 1e3, times[int(0.8 * (len(times) - 1))] * 1e3)
+
+
+@functools.cache
+def _copy_gbps(nbytes: int, device: str) -> float:
+    n = max(1, nbytes // 2 // 4)  # a copy reads and writes: bytes moved = 2 * buffer size
+    src = torch.randn(n, device=device)
+    dst = torch.empty_like(src)
+    return time(lambda: dst.copy_(src), device=device).gbps(2 * 4 * n)
+
+
+def copy_gbps(nbytes: int, device: str | torch.device | None = None) -> float:
+    """GB/s of a device-to-device copy that moves `nbytes` (reads + writes) on this card, this run."""
+    device = str(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    return _copy_gbps(int(nbytes), device)
+
+
+def compare(fns: dict, *, nbytes: int, device=None, **labels) -> list[dict]:
+    """Time each fn and return one row per implementation: ms, GB/s, % of copy, and the labels given
+    (op=..., shape=..., dtype=...). `nbytes` is the fewest bytes the op must move."""
+    device = str(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    copy = copy_gbps(nbytes, device)
+    rows = []
+    for impl, fn in fns.items():
+        t = time(fn, device=device)
+        rows.append(
+            dict(
+                labels,
+                impl=impl,
+                device=device,
+                ms=t.ms,
+                ms_lo=t.lo,
+                ms_hi=t.hi,
+                nbytes=int(nbytes),
+                gbps=t.gbps(nbytes),
+                copy_gbps=copy,
+                pct_copy=100 * t.gbps(nbytes) / copy,
+            )
+        )
+    return rows
+
+
+def table(rows: list[dict], baseline: str | None = None) -> str:
+    """A plain-text table of `compare` rows; with `baseline`, a column of speed-ups over that impl."""
+
+    def key(r):
+        return tuple(str(r.get(k)) for k in ("op", "shape", "dtype"))
+
+    base = {key(r): r["ms"] for r in rows if r["impl"] == baseline}
+    head = f"{'op':<18}{'shape':<16}{'dtype':<10}{'impl':<16}{'ms':>9}{'GB/s':>9}{'% copy':>8}"
+    out = [head + (f"{'x ' + baseline:>14}" if baseline else "")]
+    for r in rows:
+        shape = (
+            "x".join(map(str, r.get("shape", ())))
+            if isinstance(r.get("shape"), (tuple, list, torch.Size))
+            else str(r.get("shape", ""))
+        )
+        dtype = str(r.get("dtype", "")).replace("torch.", "")
+        line = f"{str(r.get('op', '')):<18}{shape:<16}{dtype:<10}{r['impl']:<16}{r['ms']:>9.4f}{r['gbps']:>9.0f}{r['pct_copy']:>7.0f}%"
+        if baseline and key(r) in base:
+            line += f"{base[key(r)] / r['ms']:>13.2f}x"
+        out.append(line)
+    return "\n".join(out)

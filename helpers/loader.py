@@ -1,0 +1,456 @@
+"""Build and load the course's kernels from ``kernels/``, fast enough to edit-and-rerun in a notebook.
+
+    op = loader.load("polynomial")          # kernels/polynomial.cpp + kernels/polynomial.cu
+
+Why not ``torch.utils.cpp_extension.load``? It works (lesson 01 shows it), but any edit renames the
+module and recompiles every file, including the binding that parses all of torch's headers: 20-60 s
+per edit. This loader keeps the design that makes edits cheap:
+
+* every object file is cached under a hash of its compile command and the content of the source and of
+  the course headers it includes, so an edited ``.cu`` (which includes no torch headers) is the only file
+  recompiled: about a second of nvcc, then a link;
+* every linked module is cached under the hash of its objects, so re-running a cell or restarting the
+  kernel is an import (well under a second), and undoing an edit finds the old module again;
+* outputs are written to a temporary name and renamed, so an interrupted build leaves nothing half
+  written; a lock held by a process that no longer exists is removed with a note;
+* compile errors are shown as ``kernels/file.cu:LINE`` with the offending line, and the module loaded
+  before stays usable (the failing ``load`` raises; your variable keeps the old module).
+
+Exercises: ``kernels/exercises/`` (your files) comes first on the include path, or ``kernels/solutions/``
+when COURSE_SOLUTIONS=1 (``env.bootstrap(solutions=True)``).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import functools
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import re
+import shlex
+import socket
+import subprocess
+import sys
+import sysconfig
+import threading
+import time
+from pathlib import Path
+
+from . import env as _env
+
+KERNELS = _env.KERNELS
+_modules: dict[str, object] = {}  # .so path -> module, so an unchanged build returns the same object
+
+
+class BuildError(RuntimeError):
+    """A compile or link error, already formatted for people. Notebooks show just the message."""
+
+    def __init__(self, message: str, log: str = ""):
+        super().__init__(message)
+        self.log = log
+
+    def _render_traceback_(self):  # IPython: print this instead of a traceback through the loader
+        return [f"\x1b[31mBuildError\x1b[0m: {self}"]
+
+
+@dataclasses.dataclass
+class Build:
+    name: str
+    path: Path
+    seconds: float
+    compiled: list[str]  # sources compiled this time (empty: everything came from the cache)
+    linked: bool
+
+
+last_build: Build | None = None
+
+
+# --------------------------------------------------------------------------------------------------
+# Flags
+# --------------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def _compiler_id(cmd: str) -> str:
+    try:
+        out = subprocess.run([cmd, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except OSError:
+        return "missing"
+    return out.strip().splitlines()[0] if out.strip() else "unknown"
+
+
+def _torch_dirs() -> tuple[Path, Path]:
+    import torch
+
+    root = Path(torch.__file__).resolve().parent
+    return root / "include", root / "lib"
+
+
+def _cxx() -> str:
+    return os.environ.get("CXX", "c++")
+
+
+def _include_dirs(extra: list[Path]) -> list[Path]:
+    exercise_dir = KERNELS / ("solutions" if _env.solutions_enabled() else "exercises")
+    return [exercise_dir, KERNELS, *extra]
+
+
+def _cpp_command(name: str, cuda: bool, includes: list[Path], extra: list[str], debug: bool):
+    import torch
+
+    inc, _ = _torch_dirs()
+    system = [inc, inc / "torch" / "csrc" / "api" / "include", Path(sysconfig.get_paths()["include"])]
+    defines = [f"-DTORCH_EXTENSION_NAME={name}", "-DTORCH_API_INCLUDE_EXTENSION_H"]
+    abi = getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", None)
+    if abi is not None:
+        defines.append(f"-D_GLIBCXX_USE_CXX11_ABI={int(abi)}")
+    if cuda:
+        kit = _require_toolkit()
+        system.append(kit.root / "include")
+        defines.append("-DWITH_CUDA")
+    opt = ["-O0", "-g"] if debug else ["-O2"]
+    cmd = [_cxx(), "-fPIC", "-std=c++17", *opt, *defines]
+    cmd += [f"-I{p}" for p in includes] + [x for p in system for x in ("-isystem", str(p))]
+    return cmd + list(extra), f"{_compiler_id(_cxx())} torch {torch.__version__} py {sys.version_info[:2]}"
+
+
+def _nvcc_command(archs: list[str], includes: list[Path], extra: list[str], debug: bool):
+    kit = _require_toolkit()
+    gencode = []
+    for a in archs:
+        num = a.replace(".", "")
+        gencode += ["-gencode", f"arch=compute_{num},code=sm_{num}"]
+    opt = ["-O0", "-g", "-G"] if debug else ["-O3", "-lineinfo"]
+    cmd = [str(kit.nvcc), "-std=c++17", *opt, "-Xcompiler", "-fPIC", "--expt-relaxed-constexpr", *gencode]
+    cmd += [f"-I{p}" for p in includes]
+    return cmd + list(extra), f"nvcc {kit.version} {_compiler_id(_cxx())}"
+
+
+def _require_toolkit() -> _env.Toolkit:
+    import torch
+
+    kit = _env.find_toolkit(torch.version.cuda)
+    problem = _env.toolkit_problem(kit, torch.version.cuda)
+    if kit is None or (problem and "minor" not in problem):
+        raise BuildError(problem or "no CUDA toolkit found")
+    return kit
+
+
+def default_archs() -> list[str]:
+    """The current GPU's architecture (fast builds), else $TORCH_CUDA_ARCH_LIST, else 7.5 8.0 9.0."""
+    import torch
+
+    if _env._cuda_mode_available():
+        major, minor = torch.cuda.get_device_capability()
+        return [f"{major}.{minor}"]
+    listed = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    if listed:
+        return [a.replace("+PTX", "") for a in re.split(r"[;\s]+", listed.strip()) if a]
+    return ["7.5", "8.0", "9.0"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Hashing: a source's hash covers its command and every course header it includes
+# --------------------------------------------------------------------------------------------------
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
+
+
+def _local_deps(src: Path, includes: list[Path]) -> list[Path]:
+    seen: list[Path] = []
+    todo = [src]
+    while todo:
+        f = todo.pop()
+        if f in seen:
+            continue
+        seen.append(f)
+        for inc in _INCLUDE.findall(f.read_text(errors="replace")):
+            for d in (f.parent, *includes):
+                cand = (d / inc).resolve()
+                if cand.is_file():
+                    todo.append(cand)
+                    break
+    return seen
+
+
+def _digest(*parts) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p if isinstance(p, bytes) else str(p).encode())
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------------------------------
+# Locking and progress
+# --------------------------------------------------------------------------------------------------
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class _Lock:
+    """One build of an extension at a time. A lock whose process is gone (a killed kernel) is stale."""
+
+    def __init__(self, path: Path, timeout: float = 900):
+        self.path, self.timeout = path, timeout
+
+    def __enter__(self):
+        start, told = time.time(), False
+        me = f"{socket.gethostname()} {os.getpid()} {time.time():.0f}"
+        while True:
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+                os.write(fd, me.encode())
+                os.close(fd)
+                return self
+            except FileExistsError:
+                pass
+            try:
+                host, pid, _ = self.path.read_text().split()
+            except (OSError, ValueError):
+                host, pid = "", "0"
+            if (host == socket.gethostname() and not _pid_alive(int(pid))) or not host:
+                print(f"Removing a stale build lock left by an interrupted build (pid {pid}): {self.path}")
+                self.path.unlink(missing_ok=True)
+                continue
+            if time.time() - start > self.timeout:
+                raise BuildError(
+                    f"{self.path} is held by {host} pid {pid} for over {self.timeout:.0f} s. "
+                    f"If no build is running there, delete that file and re-run."
+                )
+            if not told:
+                print(f"Waiting for another build (pid {pid} on {host}) to finish ...", flush=True)
+                told = True
+            time.sleep(0.5)
+
+    def __exit__(self, *exc):
+        self.path.unlink(missing_ok=True)
+
+
+def _interactive() -> bool:
+    return "ipykernel" in sys.modules or (hasattr(sys.stdout, "isatty") and sys.stdout.isatty())
+
+
+class _Progress:
+    """Prints elapsed seconds while the compiler runs (in place in Jupyter and terminals)."""
+
+    def __init__(self, text: str):
+        self.text, self.start, self.done = text, time.time(), threading.Event()
+        self.live = _interactive()
+
+    def __enter__(self):
+        print(self.text + " ...", end="" if self.live else "\n", flush=True)
+        if self.live:
+            threading.Thread(target=self._tick, daemon=True).start()
+        return self
+
+    def _tick(self):
+        while not self.done.wait(1.0):
+            print(f"\r{self.text} ... {time.time() - self.start:.0f} s", end="", flush=True)
+
+    def __exit__(self, *exc):
+        self.done.set()
+        status = "failed" if exc[0] else "done"
+        print(f"\r{self.text} ... {status} in {time.time() - self.start:.1f} s", flush=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# Compile errors, made readable
+# --------------------------------------------------------------------------------------------------
+
+_GCC_ERR = re.compile(r"^(?P<file>[^\s:][^:]*):(?P<line>\d+):(?:(?P<col>\d+):)? (?:fatal )?error: (?P<msg>.*)$", re.M)
+_NVCC_ERR = re.compile(r"^(?P<file>\S[^(]*)\((?P<line>\d+)\): (?:catastrophic )?error: (?P<msg>.*)$", re.M)
+
+
+def _rel(path: str) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(_env.REPO_ROOT))
+    except ValueError:
+        return path
+
+
+def format_errors(log: str, limit: int = 3) -> str:
+    """The first few compiler errors as `file:line: message` plus the source line and a caret."""
+    hits = sorted([m for rx in (_GCC_ERR, _NVCC_ERR) for m in rx.finditer(log)], key=lambda m: m.start())
+    out = []
+    for m in hits[:limit]:
+        f, line = m.group("file"), int(m.group("line"))
+        out.append(f"{_rel(f)}:{line}: error: {m.group('msg').strip()}")
+        try:
+            src = Path(f).read_text(errors="replace").splitlines()[line - 1]
+            out.append(f"    {line:4d} | {src}")
+            col = m.groupdict().get("col")
+            if col:
+                out.append("         | " + " " * (int(col) - 1) + "^")
+        except (OSError, IndexError):
+            pass
+    if len(hits) > limit:
+        out.append(f"... and {len(hits) - limit} more error(s)")
+    if not hits:  # a linker error or something else: show the tail
+        out.append("\n".join(log.strip().splitlines()[-15:]))
+    return "\n".join(out)
+
+
+def _run(cmd: list[str], what: str) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        log = f"$ {shlex.join(cmd)}\n{proc.stdout}{proc.stderr}"
+        raise BuildError(f"{what} failed:\n{format_errors(proc.stdout + proc.stderr)}", log)
+
+
+def _atomic(target: Path, build) -> None:
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        build(tmp)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# load
+# --------------------------------------------------------------------------------------------------
+
+
+def sources_for(name: str) -> list[Path]:
+    found = [KERNELS / f"{name}{ext}" for ext in (".cpp", ".cu") if (KERNELS / f"{name}{ext}").exists()]
+    if not found:
+        raise FileNotFoundError(f"no kernels/{name}.cpp or kernels/{name}.cu")
+    return found
+
+
+def load(
+    name: str,
+    sources: list[str | Path] | None = None,
+    *,
+    cuda: bool | None = None,
+    archs: list[str] | None = None,
+    extra_cflags: list[str] = (),
+    extra_cuda_cflags: list[str] = (),
+    include_dirs: list[str | Path] = (),
+    debug: bool | None = None,
+    verbose: bool = False,
+):
+    """Build (or fetch from the cache) and import the extension `name`.
+
+    sources: files in kernels/ (default kernels/NAME.cpp and kernels/NAME.cu). `.cu` files are compiled
+        only when building for CUDA; the `.cpp` then sees -DWITH_CUDA.
+    cuda: build the CUDA parts (default: when a GPU is in use). CI sets it with no GPU to compile-check.
+    archs: e.g. ["7.5", "9.0"] (default: this GPU's architecture only, for the fastest build).
+    debug: -O0 -g (and -G for device code); default from the environment variable DEBUG=1.
+    """
+    global last_build
+    t0 = time.time()
+    if debug is None:
+        debug = os.environ.get("DEBUG", "0") == "1"
+    if cuda is None:
+        cuda = _env._cuda_mode_available()
+    srcs = [Path(s) if Path(s).is_absolute() else KERNELS / s for s in sources] if sources else sources_for(name)
+    for s in srcs:
+        if not s.is_file():
+            raise FileNotFoundError(f"source {s} does not exist")
+    cu = [s for s in srcs if s.suffix == ".cu"]
+    cpp = [s for s in srcs if s.suffix != ".cu"]
+    includes = _include_dirs([Path(p).resolve() for p in include_dirs])
+    archs = archs or (default_archs() if cuda else [])
+
+    jobs = []  # (source, command, object path)
+    build_dir = _env.cache_root() / name
+    (build_dir / "obj").mkdir(parents=True, exist_ok=True)
+    for group, (cmd, ident) in (
+        (cpp, _cpp_command(name, cuda, includes, list(extra_cflags), debug)),
+        (
+            cu if cuda else [],
+            _nvcc_command(archs, includes, list(extra_cuda_cflags), debug) if cuda and cu else ([], ""),
+        ),
+    ):
+        for s in group:
+            deps = _local_deps(s.resolve(), includes)
+            h = _digest(ident, shlex.join(cmd), *[f"{d}\n".encode() + d.read_bytes() for d in deps])
+            jobs.append((s, cmd, build_dir / "obj" / f"{s.stem}.{h}.o"))
+
+    import torch
+
+    _, torch_lib = _torch_dirs()
+    link = [
+        _cxx(),
+        "-shared",
+        f"-L{torch_lib}",
+        f"-Wl,-rpath,{torch_lib}",
+        "-lc10",
+        "-ltorch",
+        "-ltorch_cpu",
+        "-ltorch_python",
+    ]
+    if cuda:
+        kit = _require_toolkit()
+        cudart = kit.cudart()
+        link += ["-lc10_cuda", "-ltorch_cuda"] + ([str(cudart), f"-Wl,-rpath,{cudart.parent}"] if cudart else [])
+    so = build_dir / f"{name}.{_digest(torch.__version__, shlex.join(link), *[j[2].name for j in jobs])}.so"
+
+    todo = [j for j in jobs if not j[2].exists()]
+    linked = False
+    if todo or not so.exists():
+        with _Lock(build_dir / "lock"):
+            todo = [j for j in jobs if not j[2].exists()]  # another process may have built them meanwhile
+            if todo or not so.exists():
+                what = ", ".join(s.name for s, _, _ in todo) or "link only"
+                arch_note = (
+                    f" for sm_{'/'.join(a.replace('.', '') for a in archs)}"
+                    if cuda and any(s.suffix == ".cu" for s, _, _ in todo)
+                    else ""
+                )
+                with _Progress(f"Building {name}: {what}{arch_note}"):
+                    _compile_all(todo, verbose)
+                    if not so.exists():
+                        objs = [str(j[2]) for j in jobs]
+                        _atomic(so, lambda tmp: _run([*link[:2], *objs, "-o", str(tmp), *link[2:]], "linking"))
+                        linked = True
+    module = _import(name, so)
+    last_build = Build(name, so, time.time() - t0, [s.name for s, _, _ in todo], linked)
+    if verbose:
+        print(f"{name}: {so} ({last_build.seconds:.2f} s, compiled {last_build.compiled or 'nothing'})")
+    return module
+
+
+def _compile_all(todo, verbose: bool) -> None:
+    def one(job):
+        src, cmd, obj = job
+        full = lambda tmp: [*cmd, "-c", str(src), "-o", str(tmp)]  # noqa: E731
+        if verbose:
+            print("\n$ " + shlex.join(full(obj)))
+        _atomic(obj, lambda tmp: _run(full(tmp), f"compiling {_rel(str(src))}"))
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 1))) as pool:
+        futures = [pool.submit(one, j) for j in todo]
+        errors = [f.exception() for f in futures if f.exception() is not None]
+    if errors:
+        msg = "\n\n".join(str(e) for e in errors)
+        raise BuildError(
+            msg + "\n(the module loaded before, if any, is still the one in use)",
+            "\n".join(getattr(e, "log", "") for e in errors),
+        )
+
+
+def _import(name: str, so: Path):
+    key = str(so)
+    if key not in _modules:
+        import torch  # noqa: F401  (the extension links against torch's libraries)
+
+        loader = importlib.machinery.ExtensionFileLoader(name, key)
+        spec = importlib.util.spec_from_file_location(name, key, loader=loader)
+        module = importlib.util.module_from_spec(spec)
+        loader.exec_module(module)
+        _modules[key] = module
+    return _modules[key]

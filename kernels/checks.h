@@ -1,0 +1,71 @@
+// kernels/checks.h: input checks for the PyTorch side (.cpp files), so that bad input gets an error
+// naming the argument and what was expected instead of a crash or silent garbage.
+//
+//   check_floating(t, "x")          defined, and float32/float64/float16/bfloat16   (TypeError)
+//   check_same_device(t, "c", x, "x")                                               (RuntimeError)
+//   check_same_dtype(t, "c", x, "x")                                                (TypeError)
+//   check_shape(t, "c", {4})                                                        (ValueError)
+//   acc_dtype(t)                    float64 for float64 tensors, else float32: the math type
+//   CudaType<scalar_t>::type        at::Half -> __half, at::BFloat16 -> __nv_bfloat16 (WITH_CUDA only)
+#pragma once
+
+#include <ATen/OpMathType.h>
+#include <torch/extension.h>
+
+#include <string>
+
+inline void check_floating(const at::Tensor& t, const char* name) {
+  TORCH_CHECK_VALUE(t.defined(), name, " must be a tensor, got None");
+  const auto s = t.scalar_type();
+  TORCH_CHECK_TYPE(s == at::kFloat || s == at::kDouble || s == at::kHalf || s == at::kBFloat16, name,
+                   " must be float32, float64, float16 or bfloat16, got ", s);
+}
+
+inline void check_same_device(const at::Tensor& t, const char* name, const at::Tensor& ref,
+                              const char* ref_name) {
+  TORCH_CHECK(t.device() == ref.device(), name, " must be on the same device as ", ref_name, " (",
+              ref.device(), "), got ", t.device());
+}
+
+inline void check_same_dtype(const at::Tensor& t, const char* name, const at::Tensor& ref,
+                             const char* ref_name) {
+  TORCH_CHECK_TYPE(t.scalar_type() == ref.scalar_type(), name, " must have the dtype of ", ref_name, " (",
+                   ref.scalar_type(), "), got ", t.scalar_type());
+}
+
+inline void check_shape(const at::Tensor& t, const char* name, at::IntArrayRef shape) {
+  TORCH_CHECK_VALUE(t.sizes() == shape, name, " must have shape ", shape, ", got ", t.sizes());
+}
+
+inline at::ScalarType acc_dtype(const at::Tensor& t) {
+  return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
+inline void check_cuda_built(const at::Tensor& t, const char* name) {
+#ifndef WITH_CUDA
+  TORCH_CHECK(!t.is_cuda(), name, " is a CUDA tensor, but this module was built without CUDA (CPU mode)");
+#endif
+  TORCH_CHECK(t.is_cpu() || t.is_cuda(), name, " must be a CPU or CUDA tensor, got ", t.device());
+}
+
+#ifdef WITH_CUDA
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+template <typename T>
+struct CudaType {
+  using type = T;
+};
+template <>
+struct CudaType<at::Half> {
+  using type = __half;
+};
+template <>
+struct CudaType<at::BFloat16> {
+  using type = __nv_bfloat16;
+};
+// The same bytes seen as the CUDA type, for passing a tensor's data to a launcher.
+template <typename scalar_t>
+auto cuda_ptr(const at::Tensor& t) {
+  return reinterpret_cast<typename CudaType<scalar_t>::type*>(t.data_ptr<scalar_t>());
+}
+#endif

@@ -1,0 +1,122 @@
+// kernels/common.h: what every kernel file shares. No torch headers on purpose: a .cu file that
+// includes only this compiles in about a second, so editing a kernel and re-running a cell is quick.
+//
+//   ceil_div(a, b)            blocks needed to cover a elements with b threads
+//   COURSE_CUDA_CHECK(call)   throws std::runtime_error with file:line if a CUDA call fails
+//   COURSE_LAUNCH_CHECK()     the same for the kernel launch just made (bad grid, no kernel image, ...)
+//   Acc<T>                    the type to compute in: float for float/half/bfloat16, double for double
+//   to_acc(v), from_acc<T>(v) explicit conversions (torch's JIT flags forbid the implicit half ones)
+//   Pack<T, N>                N values of T loaded or stored as one aligned (up to 16-byte) access
+//   block_sum(v)              sum K values over a thread block (result in thread 0)
+//   num_sms()                 streaming multiprocessors of the current device (cached)
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#ifdef __CUDACC__
+#define COURSE_HD __host__ __device__ __forceinline__
+#else
+#define COURSE_HD inline
+#endif
+
+template <typename I>
+COURSE_HD constexpr I ceil_div(I a, I b) {
+  return (a + b - 1) / b;
+}
+
+#define COURSE_CUDA_CHECK(call)                                                                            \
+  do {                                                                                                     \
+    cudaError_t err_ = (call);                                                                             \
+    if (err_ != cudaSuccess)                                                                               \
+      throw std::runtime_error(std::string("CUDA error at ") + __FILE__ + ":" + std::to_string(__LINE__) + \
+                               ": " + cudaGetErrorString(err_) + " (" #call ")");                          \
+  } while (0)
+
+#define COURSE_LAUNCH_CHECK() COURSE_CUDA_CHECK(cudaGetLastError())
+
+template <typename T>
+struct AccType {
+  using type = float;
+};
+template <>
+struct AccType<double> {
+  using type = double;
+};
+template <typename T>
+using Acc = typename AccType<T>::type;
+
+COURSE_HD float to_acc(float v) { return v; }
+COURSE_HD double to_acc(double v) { return v; }
+#ifdef __CUDACC__
+__device__ __forceinline__ float to_acc(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_acc(__nv_bfloat16 v) { return __bfloat162float(v); }
+#endif
+
+template <typename T>
+COURSE_HD T from_acc(Acc<T> v) {
+  return static_cast<T>(v);
+}
+#ifdef __CUDACC__
+template <>
+__device__ __forceinline__ __half from_acc<__half>(float v) {
+  return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+#endif
+
+// N values moved as one memory instruction. With N * sizeof(T) == 16 that is the widest load a
+// thread can issue (LDG.128): a quarter of the instructions of 4-byte loads for the same bytes.
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Pack {
+  T v[N];
+};
+template <typename T>
+constexpr int kPack16 = 16 / sizeof(T);
+
+inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+inline int num_sms() {
+  static int cache[64] = {0};
+  int dev = 0;
+  COURSE_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev < 64 && cache[dev]) return cache[dev];
+  int sms = 0;
+  COURSE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  if (dev < 64) cache[dev] = sms;
+  return sms;
+}
+
+#ifdef __CUDACC__
+// Sums v[0..K) over the block: warp shuffles, then one value per warp through shared memory.
+// blockDim.x must be a multiple of 32. The result is in thread 0; the order of additions is fixed,
+// so the result is the same on every run.
+template <typename T, int K>
+__device__ void block_sum(T (&v)[K]) {
+  __shared__ T warp_sums[32][K];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+    for (int off = 16; off > 0; off /= 2) v[k] += __shfl_down_sync(0xffffffffu, v[k], off);
+  if (lane == 0)
+#pragma unroll
+    for (int k = 0; k < K; ++k) warp_sums[warp][k] = v[k];
+  __syncthreads();
+  if (warp == 0) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      v[k] = lane < blockDim.x / 32 ? warp_sums[lane][k] : T(0);
+      for (int off = 16; off > 0; off /= 2) v[k] += __shfl_down_sync(0xffffffffu, v[k], off);
+    }
+  }
+  __syncthreads();  // warp_sums may be reused by a second call
+}
+#endif

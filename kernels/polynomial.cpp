@@ -1,0 +1,162 @@
+// kernels/polynomial.cpp: the PyTorch side of y = a*x^3 + b*x^2 + c*x + d (lesson 01).
+//
+//   forward(x, coeffs, version=2) -> y
+//   backward(grad_y, x, coeffs, need_coeffs_grad=True, version=2) -> [grad_x, grad_coeffs or None]
+//
+// coeffs = [a, b, c, d], any floating dtype, on x's device. The math runs in float32 (float64 for
+// float64 x), so grad_coeffs comes back in that dtype. This file checks the inputs, allocates the
+// outputs, picks the dtype (AT_DISPATCH) and calls the CPU loops below or the CUDA launchers of
+// polynomial.cu on PyTorch's current stream. Backward version 1 is the exercise
+// (kernels/exercises/polynomial_backward.cuh): grad_x only.
+#include <ATen/Parallel.h>
+
+#include <vector>
+
+#include "checks.h"
+#include "polynomial_backward.cuh"
+
+#ifdef WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "polynomial.h"
+#endif
+
+namespace {
+
+constexpr int64_t kGrain = 32768;  // elements per CPU task
+
+template <typename T, typename acc_t>
+void forward_cpu(const T* x, const acc_t* c, T* y, int64_t n) {
+  at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const acc_t v = static_cast<acc_t>(x[i]);
+      y[i] = static_cast<T>(((c[0] * v + c[1]) * v + c[2]) * v + c[3]);
+    }
+  });
+}
+
+// grad_x, and the coefficient sums per fixed chunk of kGrain elements, added in chunk order at the
+// end: the same result whatever the number of threads.
+template <typename T, typename acc_t>
+void backward_v2_cpu(const T* gy, const T* x, const acc_t* c, T* gx, acc_t* gc, int64_t n) {
+  const int64_t chunks = (n + kGrain - 1) / kGrain;
+  std::vector<acc_t> partial(gc ? chunks * 4 : 0, acc_t(0));
+  at::parallel_for(0, chunks, 1, [&](int64_t cb, int64_t ce) {
+    for (int64_t ch = cb; ch < ce; ++ch) {
+      acc_t s[4] = {0, 0, 0, 0};
+      const int64_t end = std::min(n, (ch + 1) * kGrain);
+      for (int64_t i = ch * kGrain; i < end; ++i) {
+        const acc_t v = static_cast<acc_t>(x[i]), g = static_cast<acc_t>(gy[i]);
+        gx[i] = static_cast<T>(g * ((3 * c[0] * v + 2 * c[1]) * v + c[2]));
+        const acc_t gv = g * v;
+        s[0] += gv * v * v;
+        s[1] += gv * v;
+        s[2] += gv;
+        s[3] += g;
+      }
+      if (gc)
+        for (int k = 0; k < 4; ++k) partial[ch * 4 + k] = s[k];
+    }
+  });
+  if (gc) {
+    for (int k = 0; k < 4; ++k) gc[k] = 0;
+    for (int64_t ch = 0; ch < chunks; ++ch)
+      for (int k = 0; k < 4; ++k) gc[k] += partial[ch * 4 + k];
+  }
+}
+
+// Checks shared by forward and backward; returns coeffs as a contiguous tensor of the math dtype.
+at::Tensor checked_coeffs(const at::Tensor& x, const at::Tensor& coeffs) {
+  check_floating(x, "x");
+  check_cuda_built(x, "x");
+  check_floating(coeffs, "coeffs");
+  check_same_device(coeffs, "coeffs", x, "x");
+  check_shape(coeffs, "coeffs", {4});
+  return coeffs.to(acc_dtype(x)).contiguous();
+}
+
+void check_version(int64_t version, int64_t max_version) {
+  TORCH_CHECK_VALUE(version >= 1 && version <= max_version, "version must be between 1 and ", max_version,
+                    ", got ", version);
+}
+
+}  // namespace
+
+at::Tensor forward(const at::Tensor& x_in, const at::Tensor& coeffs_in, int64_t version) {
+  check_version(version, 2);
+  const at::Tensor coeffs = checked_coeffs(x_in, coeffs_in);
+  const at::Tensor x = x_in.contiguous();
+  at::Tensor y = at::empty_like(x);
+  const int64_t n = x.numel();
+  if (n == 0) return y;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "polynomial_forward", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    if (x.is_cpu()) {
+      forward_cpu(x.data_ptr<scalar_t>(), coeffs.data_ptr<acc_t>(), y.data_ptr<scalar_t>(), n);
+      return;
+    }
+#ifdef WITH_CUDA
+    const c10::cuda::CUDAGuard guard(x.device());
+    const auto stream = c10::cuda::getCurrentCUDAStream().stream();
+    auto launch = version == 1 ? poly_forward_v1<typename CudaType<scalar_t>::type>
+                               : poly_forward_v2<typename CudaType<scalar_t>::type>;
+    launch(cuda_ptr<scalar_t>(x), coeffs.data_ptr<acc_t>(), cuda_ptr<scalar_t>(y), n, stream);
+#endif
+  });
+  return y;
+}
+
+std::vector<at::Tensor> backward(const at::Tensor& grad_y_in, const at::Tensor& x_in,
+                                 const at::Tensor& coeffs_in, bool need_coeffs_grad, int64_t version) {
+  check_version(version, 2);
+  const at::Tensor coeffs = checked_coeffs(x_in, coeffs_in);
+  check_floating(grad_y_in, "grad_y");
+  check_same_device(grad_y_in, "grad_y", x_in, "x");
+  check_same_dtype(grad_y_in, "grad_y", x_in, "x");
+  check_shape(grad_y_in, "grad_y", x_in.sizes());
+  TORCH_CHECK_VALUE(!(version == 1 && need_coeffs_grad),
+                    "backward version 1 (the exercise) computes grad_x only: pass need_coeffs_grad=False");
+  const at::Tensor x = x_in.contiguous(), grad_y = grad_y_in.contiguous();
+  at::Tensor grad_x = at::empty_like(x);
+  at::Tensor grad_coeffs = need_coeffs_grad ? at::empty({4}, coeffs.options()) : at::Tensor();
+  const int64_t n = x.numel();
+  if (n == 0) return {grad_x, grad_coeffs};
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "polynomial_backward", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    acc_t* gc = need_coeffs_grad ? grad_coeffs.data_ptr<acc_t>() : nullptr;
+    if (x.is_cpu()) {
+      if (version == 1)
+        poly_backward_v1_cpu(grad_y.data_ptr<scalar_t>(), x.data_ptr<scalar_t>(), coeffs.data_ptr<acc_t>(),
+                             grad_x.data_ptr<scalar_t>(), n);
+      else
+        backward_v2_cpu(grad_y.data_ptr<scalar_t>(), x.data_ptr<scalar_t>(), coeffs.data_ptr<acc_t>(),
+                        grad_x.data_ptr<scalar_t>(), gc, n);
+      return;
+    }
+#ifdef WITH_CUDA
+    using cuda_t = typename CudaType<scalar_t>::type;
+    const c10::cuda::CUDAGuard guard(x.device());
+    const auto stream = c10::cuda::getCurrentCUDAStream().stream();
+    if (version == 1) {
+      poly_backward_v1<cuda_t>(cuda_ptr<scalar_t>(grad_y), cuda_ptr<scalar_t>(x), coeffs.data_ptr<acc_t>(),
+                               cuda_ptr<scalar_t>(grad_x), n, stream);
+      return;
+    }
+    at::Tensor partials;
+    if (gc) partials = at::empty({poly_backward_v2_blocks(n), 4}, coeffs.options());
+    poly_backward_v2<cuda_t>(cuda_ptr<scalar_t>(grad_y), cuda_ptr<scalar_t>(x), coeffs.data_ptr<acc_t>(),
+                             cuda_ptr<scalar_t>(grad_x), gc ? partials.data_ptr<acc_t>() : nullptr, gc, n,
+                             stream);
+#endif
+  });
+  return {grad_x, grad_coeffs};
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "y = a*x^3 + b*x^2 + c*x + d with coeffs = [a, b, c, d] (lesson 01)";
+  m.def("forward", &forward, "y = a*x^3 + b*x^2 + c*x + d", py::arg("x"), py::arg("coeffs"),
+        py::arg("version") = 2);
+  m.def("backward", &backward, "[grad_x, grad_coeffs (None unless need_coeffs_grad)]", py::arg("grad_y"),
+        py::arg("x"), py::arg("coeffs"), py::arg("need_coeffs_grad") = true, py::arg("version") = 2);
+}

@@ -1,0 +1,181 @@
+// kernels/polynomial.cu: y = a*x^3 + b*x^2 + c*x + d, forward and backward (lesson 01).
+//
+// Native PyTorch runs this as 7 kernels, each reading and writing the whole tensor; one kernel reads
+// x once and writes y once, so its speed limit is the card's memory bandwidth (a copy of the same
+// bytes). The versions, in the order lesson 01 builds them (numbers never change):
+//
+//   forward v1   one thread per element, Horner's rule in float. Correct and simple, but every
+//                load/store instruction moves only sizeof(T) bytes: 2 bytes per thread for bf16.
+//   forward v2   each thread loads and stores one 16-byte Pack (4 floats, 8 halves). A quarter to an
+//                eighth of the memory instructions for the same bytes, so more bytes are in flight
+//                per SM; it falls back to Pack<T, 1> when a pointer is not 16-byte aligned.
+//   backward v1  the exercise (kernels/exercises/polynomial_backward.cuh): one thread per element,
+//                grad_x only.
+//   backward v2  16-byte Packs like forward v2, and the four coefficient gradients
+//                (sum g*x^3, g*x^2, g*x, g) accumulated in registers in the same pass, reduced per
+//                block, then summed by one small block in a fixed order: no second pass over memory,
+//                no atomics, the same bits on every run.
+//
+// Everything is computed in Acc<T> (float, double for double inputs) and stored as T.
+#include "polynomial.h"
+#include "polynomial_backward.cuh"
+
+namespace {
+
+constexpr int kThreads = 256;
+
+template <typename acc_t>
+struct Coeffs {
+  acc_t a, b, c, d;
+  __device__ explicit Coeffs(const acc_t* p) : a(p[0]), b(p[1]), c(p[2]), d(p[3]) {}
+  __device__ acc_t y(acc_t x) const { return ((a * x + b) * x + c) * x + d; }
+  __device__ acc_t dydx(acc_t x) const { return (3 * a * x + 2 * b) * x + c; }
+};
+
+// v1: the first kernel anyone writes. Thread i handles element i.
+template <typename T>
+__global__ void forward_v1_kernel(const T* __restrict__ x, const Acc<T>* __restrict__ coeffs,
+                                  T* __restrict__ y, int64_t n) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i < n) y[i] = from_acc<T>(Coeffs<Acc<T>>(coeffs).y(to_acc(x[i])));
+}
+
+// v2: thread i handles Pack i (N elements); the n % N leftover elements go to the first threads.
+template <typename T, int N>
+__global__ void forward_v2_kernel(const T* __restrict__ x, const Acc<T>* __restrict__ coeffs,
+                                  T* __restrict__ y, int64_t n) {
+  using P = Pack<T, N>;
+  const Coeffs<Acc<T>> c(coeffs);
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  const int64_t packs = n / N;
+  if (i < packs) {
+    P p = reinterpret_cast<const P*>(x)[i];
+#pragma unroll
+    for (int k = 0; k < N; ++k) p.v[k] = from_acc<T>(c.y(to_acc(p.v[k])));
+    reinterpret_cast<P*>(y)[i] = p;
+  }
+  const int64_t t = packs * N + i;
+  if (i < N && t < n) y[t] = from_acc<T>(c.y(to_acc(x[t])));
+}
+
+// v2 backward: a fixed grid strides over the Packs so each thread accumulates many elements of the
+// coefficient sums in registers before the one block reduction.
+template <typename T, int N, bool kCoeffGrad>
+__global__ void backward_v2_kernel(const T* __restrict__ grad_y, const T* __restrict__ x,
+                                   const Acc<T>* __restrict__ coeffs, T* __restrict__ grad_x,
+                                   Acc<T>* __restrict__ partials, int64_t n) {
+  using acc_t = Acc<T>;
+  using P = Pack<T, N>;
+  const Coeffs<acc_t> c(coeffs);
+  acc_t s[4] = {0, 0, 0, 0};  // sums of g*x^3, g*x^2, g*x, g: the gradients of a, b, c, d
+  auto one = [&](acc_t xv, acc_t g) {
+    if (kCoeffGrad) {
+      const acc_t gx = g * xv;
+      s[3] += g;
+      s[2] += gx;
+      s[1] += gx * xv;
+      s[0] += gx * xv * xv;
+    }
+    return g * c.dydx(xv);
+  };
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  const int64_t tid = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  const int64_t packs = n / N;
+  for (int64_t i = tid; i < packs; i += stride) {
+    const P g = reinterpret_cast<const P*>(grad_y)[i];
+    const P xv = reinterpret_cast<const P*>(x)[i];
+    P out;
+#pragma unroll
+    for (int k = 0; k < N; ++k) out.v[k] = from_acc<T>(one(to_acc(xv.v[k]), to_acc(g.v[k])));
+    reinterpret_cast<P*>(grad_x)[i] = out;
+  }
+  for (int64_t t = packs * N + tid; t < n; t += stride)
+    grad_x[t] = from_acc<T>(one(to_acc(x[t]), to_acc(grad_y[t])));
+  if (kCoeffGrad) {
+    block_sum(s);
+    if (threadIdx.x == 0)
+      for (int k = 0; k < 4; ++k) partials[blockIdx.x * 4 + k] = s[k];
+  }
+}
+
+// One block adds the per-block partial sums: thread t takes rows t, t + 256, ... in order.
+template <typename acc_t>
+__global__ void sum_partials_kernel(const acc_t* __restrict__ partials, int rows, acc_t* __restrict__ out) {
+  acc_t s[4] = {0, 0, 0, 0};
+  for (int r = threadIdx.x; r < rows; r += blockDim.x)
+    for (int k = 0; k < 4; ++k) s[k] += partials[r * 4 + k];
+  block_sum(s);
+  if (threadIdx.x == 0)
+    for (int k = 0; k < 4; ++k) out[k] = s[k];
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------------
+// Launchers. The .cpp guarantees n > 0, and that every pointer is on the current device.
+// ------------------------------------------------------------------------------------------------
+
+template <typename T>
+void poly_forward_v1(const T* x, const Acc<T>* coeffs, T* y, int64_t n, cudaStream_t stream) {
+  forward_v1_kernel<T><<<ceil_div<int64_t>(n, kThreads), kThreads, 0, stream>>>(x, coeffs, y, n);
+  COURSE_LAUNCH_CHECK();
+}
+
+template <typename T>
+void poly_forward_v2(const T* x, const Acc<T>* coeffs, T* y, int64_t n, cudaStream_t stream) {
+  if (aligned16(x) && aligned16(y)) {
+    constexpr int N = kPack16<T>;
+    const int64_t blocks = ceil_div<int64_t>(n / N, kThreads);
+    forward_v2_kernel<T, N> < < < blocks > 0 ? blocks : 1, kThreads, 0, stream >>> (x, coeffs, y, n);
+  } else {
+    forward_v2_kernel<T, 1><<<ceil_div<int64_t>(n, kThreads), kThreads, 0, stream>>>(x, coeffs, y, n);
+  }
+  COURSE_LAUNCH_CHECK();
+}
+
+template <typename T>
+void poly_backward_v1(const T* grad_y, const T* x, const Acc<T>* coeffs, T* grad_x, int64_t n,
+                      cudaStream_t stream) {
+  poly_backward_v1_kernel<T>
+      <<<ceil_div<int64_t>(n, kThreads), kThreads, 0, stream>>>(grad_y, x, coeffs, grad_x, n);
+  COURSE_LAUNCH_CHECK();
+}
+
+// Enough blocks to fill every SM 8 times over (2048 threads each), fewer for small inputs.
+int poly_backward_v2_blocks(int64_t n) {
+  const int64_t want = ceil_div<int64_t>(n, int64_t(kThreads) * 8);
+  const int64_t cap = int64_t(num_sms()) * 8;
+  return int(want < 1 ? 1 : (want < cap ? want : cap));
+}
+
+template <typename T>
+void poly_backward_v2(const T* grad_y, const T* x, const Acc<T>* coeffs, T* grad_x, Acc<T>* partials,
+                      Acc<T>* grad_coeffs, int64_t n, cudaStream_t stream) {
+  const int blocks = poly_backward_v2_blocks(n);
+  const bool vec = aligned16(grad_y) && aligned16(x) && aligned16(grad_x);
+  constexpr int N = kPack16<T>;
+  if (grad_coeffs) {
+    if (vec)
+      backward_v2_kernel<T, N, true><<<blocks, kThreads, 0, stream>>>(grad_y, x, coeffs, grad_x, partials, n);
+    else
+      backward_v2_kernel<T, 1, true><<<blocks, kThreads, 0, stream>>>(grad_y, x, coeffs, grad_x, partials, n);
+    COURSE_LAUNCH_CHECK();
+    sum_partials_kernel<Acc<T>><<<1, kThreads, 0, stream>>>(partials, blocks, grad_coeffs);
+  } else if (vec) {
+    backward_v2_kernel<T, N, false><<<blocks, kThreads, 0, stream>>>(grad_y, x, coeffs, grad_x, nullptr, n);
+  } else {
+    backward_v2_kernel<T, 1, false><<<blocks, kThreads, 0, stream>>>(grad_y, x, coeffs, grad_x, nullptr, n);
+  }
+  COURSE_LAUNCH_CHECK();
+}
+
+#define INSTANTIATE(T)                                                                                \
+  template void poly_forward_v1<T>(const T*, const Acc<T>*, T*, int64_t, cudaStream_t);               \
+  template void poly_forward_v2<T>(const T*, const Acc<T>*, T*, int64_t, cudaStream_t);               \
+  template void poly_backward_v1<T>(const T*, const T*, const Acc<T>*, T*, int64_t, cudaStream_t);    \
+  template void poly_backward_v2<T>(const T*, const T*, const Acc<T>*, T*, Acc<T>*, Acc<T>*, int64_t, \
+                                    cudaStream_t);
+INSTANTIATE(float)
+INSTANTIATE(double)
+INSTANTIATE(__half)
+INSTANTIATE(__nv_bfloat16)

@@ -1,0 +1,53 @@
+import torch
+
+from helpers import bench, plot
+from tests.conftest import needs_gpu
+
+
+def test_cpu_timing_is_positive_and_ordered():
+    x = torch.randn(1 << 16)
+    t = bench.time(lambda: x * 2, device="cpu")
+    assert 0 < t.lo <= t.ms <= t.hi
+
+
+def test_more_work_takes_longer_on_cpu():
+    small, big = torch.randn(1 << 10), torch.randn(1 << 22)
+    assert bench.time(lambda: big.sin(), device="cpu").ms > bench.time(lambda: small.sin(), device="cpu").ms
+
+
+def test_gbps_arithmetic():
+    assert bench.Timing(1.0, 1.0, 1.0).gbps(2_000_000_000) == 2000.0
+
+
+def test_compare_rows_and_table():
+    x = torch.randn(1 << 16)
+    rows = bench.compare(
+        {"mul": lambda: x * 2, "copy": lambda: x.clone()},
+        nbytes=2 * x.nbytes,
+        device="cpu",
+        op="scale",
+        shape=tuple(x.shape),
+        dtype=x.dtype,
+    )
+    assert [r["impl"] for r in rows] == ["mul", "copy"]
+    for r in rows:
+        assert r["gbps"] > 0 and r["copy_gbps"] > 0
+        assert abs(r["pct_copy"] - 100 * r["gbps"] / r["copy_gbps"]) < 1e-9
+    text = bench.table(rows, baseline="mul")
+    assert "scale" in text and "1.00x" in text
+
+
+def test_plot_sweep_has_one_line_per_impl_plus_ceiling():
+    rows = [dict(impl=i, numel=n, gbps=float(n), copy_gbps=2.0 * n) for i in ("a", "b") for n in (1, 2, 4)]
+    fig = plot.sweep(rows, title="t")
+    labels = [line.get_label() for line in fig.axes[0].get_lines()]
+    assert labels == ["a", "b", "copy (ceiling)"]
+
+
+@needs_gpu
+def test_cuda_timing_sees_bandwidth():
+    x = torch.randn(1 << 26, device="cuda")
+    t = bench.time(lambda: x.clone())
+    gbps = t.gbps(2 * x.nbytes)
+    assert 100 < gbps < 20000
+    assert 0.5 < bench.copy_gbps(2 * x.nbytes) / gbps < 2

@@ -1,0 +1,72 @@
+import pytest
+import torch
+
+from helpers import check
+
+
+def test_assert_close_passes_within_dtype_tolerance():
+    x = torch.randn(100, dtype=torch.bfloat16)
+    check.assert_close(x.float().mul(1.001).bfloat16(), x)
+
+
+def test_assert_close_names_first_mismatch():
+    a = torch.zeros(3, 4)
+    b = a.clone()
+    b[1, 2] = 1.0
+    b[2, 3] = 5.0
+    with pytest.raises(AssertionError) as e:
+        check.assert_close(a, b, name="y")
+    msg = str(e.value)
+    assert "y: 2 of 12 elements differ" in msg
+    assert "first at [1, 2]: got 0.0, expected 1.0" in msg
+    assert "largest difference: 5" in msg
+
+
+def test_assert_close_explains_nan_as_unwritten():
+    a = torch.full((5,), float("nan"))
+    with pytest.raises(AssertionError, match="never written"):
+        check.assert_close(a, torch.ones(5))
+
+
+@pytest.mark.parametrize("bad, what", [(torch.ones(4, 1), "shape"), (torch.ones(4, dtype=torch.float64), "dtype")])
+def test_assert_close_checks_metadata(bad, what):
+    with pytest.raises(AssertionError, match=what):
+        check.assert_close(bad, torch.ones(4))
+
+
+def test_tolerance_is_dtype_aware():
+    x = torch.ones(4, dtype=torch.float32)
+    with pytest.raises(AssertionError):
+        check.assert_close(x * (1 + 1e-3), x)  # fine for half precision, not for float32
+    check.assert_close((x * (1 + 1e-3)).half(), x.half())
+
+
+def test_poisoned_fills_empty_with_nan_and_restores():
+    before = torch.are_deterministic_algorithms_enabled()
+    with check.poisoned():
+        assert torch.isnan(torch.empty(10)).all()
+        assert torch.isnan(torch.empty_like(torch.ones(3, 3))).all()
+    assert torch.are_deterministic_algorithms_enabled() == before
+
+
+def test_gradcheck_accepts_correct_and_rejects_wrong_gradient():
+    class Wrong(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x**2
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return g * x  # should be 2*x
+
+    x = torch.randn(5, requires_grad=True)
+    assert check.gradcheck(lambda t: t**2, x)
+    with pytest.raises(torch.autograd.gradcheck.GradcheckError):
+        check.gradcheck(Wrong.apply, x)
+
+
+def test_gradcheck_needs_an_input_requiring_grad():
+    with pytest.raises(ValueError, match="requires_grad"):
+        check.gradcheck(lambda t: t, torch.randn(3))

@@ -1,0 +1,24 @@
+"""Every CUDA source compiles for the architectures the course supports (Colab's T4 sm_75, A100 sm_80,
+H100 sm_90), with the exercise stubs and with the solutions, and the module imports without a GPU."""
+
+import pytest
+
+from helpers import env, loader
+
+ARCHS = ["7.5", "8.0", "9.0"]
+CUDA_OPS = sorted(p.stem for p in env.KERNELS.glob("*.cu"))
+
+
+@pytest.mark.parametrize("solutions", ["0", "1"], ids=["stubs", "solutions"])
+@pytest.mark.parametrize("name", CUDA_OPS)
+def test_cuda_source_compiles_for_all_archs(name, solutions, monkeypatch):
+    monkeypatch.setenv("COURSE_SOLUTIONS", solutions)
+    module = loader.load(name, cuda=True, archs=ARCHS)
+    assert callable(getattr(module, "forward", None)), f"{name} has no forward()"
+
+
+def test_toolkit_matches_torch():
+    import torch
+
+    kit = env.find_toolkit(torch.version.cuda)
+    assert env.toolkit_problem(kit, torch.version.cuda) is None, env.toolkit_problem(kit, torch.version.cuda)

@@ -1,0 +1,157 @@
+"""kernels/polynomial.*: CPU and (on a GPU) CUDA paths against plain PyTorch, gradients, bad input."""
+
+import os
+
+import pytest
+import torch
+
+from helpers import check, loader
+from helpers.ops import polynomial as poly
+from tests.conftest import needs_gpu
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+SHAPES = [(1,), (3,), (1151,), (4097,), (7, 129), (2, 3, 5), (65536 + 3,)]
+COEFFS = [1.5, 0.5, -2.0, 0.25]
+
+
+@pytest.fixture(scope="module")
+def ext():
+    old = os.environ.get("COURSE_SOLUTIONS")
+    os.environ["COURSE_SOLUTIONS"] = "1"
+    try:
+        return loader.load("polynomial")
+    finally:
+        os.environ.pop("COURSE_SOLUTIONS") if old is None else os.environ.__setitem__("COURSE_SOLUTIONS", old)
+
+
+def expected(x, coeffs):
+    return poly.reference(x.double(), coeffs.double()).to(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("version", [1, 2])
+def test_forward_matches_reference(ext, device, dtype, shape, version):
+    x = torch.randn(shape, device=device).to(dtype)
+    c = torch.tensor(COEFFS, device=device)
+    with check.poisoned():
+        y = ext.forward(x, c, version)
+    check.assert_close(y, expected(x, c))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_backward_matches_autograd(ext, device, dtype, shape):
+    x = torch.randn(shape, device=device).to(dtype)
+    g = torch.randn(shape, device=device).to(dtype)
+    c = torch.tensor(COEFFS, device=device, dtype=torch.float64)
+    xd = x.double().requires_grad_()
+    cd = c.clone().requires_grad_()
+    poly.reference(xd, cd).backward(g.double())
+    with check.poisoned():
+        gx, gc = ext.backward(g, x, c, True, 2)
+        gx1 = ext.backward(g, x, c, False, 1)[0]
+    check.assert_close(gx, xd.grad.to(dtype), name="grad_x")
+    check.assert_close(gx1, xd.grad.to(dtype), name="grad_x (v1, exercise solution)")
+    acc = torch.float64 if dtype == torch.float64 else torch.float32
+    tol = dict(rtol=1e-5, atol=1e-5 * x.numel()) if acc == torch.float32 else {}
+    check.assert_close(gc, cd.grad.to(acc), name="grad_coeffs", **tol)
+
+
+def test_gradcheck(device):
+    x = torch.randn(37, device=device, dtype=torch.float64, requires_grad=True)
+    c = torch.tensor(COEFFS, device=device, dtype=torch.float64, requires_grad=True)
+    assert check.gradcheck(poly.polynomial, x, c)
+
+
+def test_autograd_through_a_loss_with_broadcast_grad(device):
+    x = torch.randn(4, 33, device=device, requires_grad=True)
+    c = torch.tensor(COEFFS, device=device, requires_grad=True)
+    poly.polynomial(x, c).sum().backward()  # grad_y is an expanded (stride 0) tensor
+    xr, cr = x.detach().clone().requires_grad_(), c.detach().clone().requires_grad_()
+    poly.reference(xr, cr).sum().backward()
+    check.assert_close(x.grad, xr.grad)
+    check.assert_close(c.grad, cr.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_non_contiguous_input_gives_correct_result(ext, device):
+    x = torch.randn(64, 33, device=device).t()
+    assert not x.is_contiguous()
+    c = torch.tensor(COEFFS, device=device)
+    check.assert_close(ext.forward(x, c), expected(x, c))
+
+
+def test_empty_input_gives_empty_result(ext, device):
+    x = torch.empty(0, 5, device=device)
+    c = torch.tensor(COEFFS, device=device)
+    assert ext.forward(x, c).shape == (0, 5)
+    gx, gc = ext.backward(x, x, c, True, 2)
+    assert gx.shape == (0, 5)
+
+
+@pytest.mark.parametrize(
+    "make, exc, words",
+    [
+        (
+            lambda d: (torch.ones(3, dtype=torch.int32, device=d), torch.ones(4, device=d)),
+            TypeError,
+            "x must be float32",
+        ),
+        (lambda d: (torch.ones(3, device=d), torch.ones(3, device=d)), ValueError, "coeffs must have shape [4]"),
+        (
+            lambda d: (torch.ones(3, device=d), torch.ones(4, device="meta")),
+            RuntimeError,
+            "coeffs must be on the same device as x",
+        ),
+        (lambda d: (None, torch.ones(4, device=d)), (ValueError, TypeError), "x"),
+    ],
+)
+def test_bad_input_names_the_argument(ext, device, make, exc, words):
+    x, c = make(device)
+    with pytest.raises(exc, match=words.replace("[", r"\[").replace("]", r"\]")):
+        ext.forward(x, c)
+
+
+def test_bad_backward_input_names_the_argument(ext, device):
+    x, c = torch.ones(3, device=device), torch.ones(4, device=device)
+    with pytest.raises(ValueError, match="grad_y must have shape"):
+        ext.backward(torch.ones(4, device=device), x, c)
+    with pytest.raises(TypeError, match="grad_y must have the dtype of x"):
+        ext.backward(torch.ones(3, device=device, dtype=torch.float64), x, c)
+    with pytest.raises(ValueError, match="version must be between 1 and 2"):
+        ext.forward(x, c, 3)
+    with pytest.raises(ValueError, match="need_coeffs_grad=False"):
+        ext.backward(x, x, c, True, 1)
+
+
+@needs_gpu
+def test_cpu_tensor_to_cuda_op_is_a_clear_error(ext):
+    with pytest.raises(RuntimeError, match=r"coeffs must be on the same device as x \(cuda:0\), got cpu"):
+        ext.forward(torch.ones(3, device="cuda"), torch.ones(4))
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_misaligned_pointer_takes_the_scalar_path(ext, dtype):
+    base = torch.randn(4097, device="cuda").to(dtype)
+    x = base[1:]  # contiguous, but 16-byte alignment is lost
+    c = torch.tensor(COEFFS, device="cuda")
+    check.assert_close(ext.forward(x, c), expected(x, c))
+    gx, _ = ext.backward(x, x, c, True, 2)
+    check.assert_close(gx, ext.backward(x.clone(), x.clone(), c, True, 2)[0])
+
+
+@needs_gpu
+def test_coefficient_gradient_is_deterministic(ext):
+    x = torch.randn(1 << 22, device="cuda")
+    c = torch.tensor(COEFFS, device="cuda")
+    first = ext.backward(x, x, c, True, 2)[1]
+    for _ in range(3):
+        assert torch.equal(ext.backward(x, x, c, True, 2)[1], first)
+
+
+@needs_gpu
+def test_matches_cpu_implementation(ext):
+    x = torch.randn(100_003)
+    c = torch.tensor(COEFFS)
+    check.assert_close(ext.forward(x.cuda(), c.cuda()).cpu(), ext.forward(x, c))
