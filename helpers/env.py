@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import glob
+import logging
 import os
 import platform
 import re
@@ -278,6 +279,8 @@ def detect() -> Env:
             problems.append(p)
     elif torch.cuda.is_available():
         problems.append("COURSE_DEVICE=cpu is set: running in CPU mode although a GPU is present.")
+    else:  # torch.utils.cpp_extension warns "No CUDA runtime is found" on import: expected in CPU mode
+        logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     if kit is not None:
         os.environ["CUDA_HOME"] = str(kit.root)
         if "torch.utils.cpp_extension" in sys.modules:  # it reads CUDA_HOME once, at import

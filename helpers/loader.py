@@ -111,7 +111,7 @@ def _cpp_command(name: str, cuda: bool, includes: list[Path], extra: list[str], 
         kit = _require_toolkit()
         system.append(kit.root / "include")
         defines.append("-DWITH_CUDA")
-    opt = ["-O0", "-g"] if debug else ["-O2"]
+    opt = ["-O0", "-g"] if debug else ["-O3"]
     cmd = [_cxx(), "-fPIC", "-std=c++17", *opt, *defines]
     cmd += [f"-I{p}" for p in includes] + [x for p in system for x in ("-isystem", str(p))]
     return cmd + list(extra), f"{_compiler_id(_cxx())} torch {torch.__version__} py {sys.version_info[:2]}"
@@ -454,3 +454,47 @@ def _import(name: str, so: Path):
         loader.exec_module(module)
         _modules[key] = module
     return _modules[key]
+
+
+# --------------------------------------------------------------------------------------------------
+# For the notebooks: show a kernel's source, and find torch's own stale build locks
+# --------------------------------------------------------------------------------------------------
+
+
+def show(file: str | Path, name: str, *, with_comment: bool = True) -> None:
+    """Print the definition of `name` in kernels/`file` (from its first line to its closing brace),
+    with the comment block just above it, and the line numbers, so notebooks show the real source."""
+    path = Path(file) if Path(file).is_absolute() else KERNELS / file
+    lines = path.read_text().splitlines()
+    start = next((i for i, line in enumerate(lines) if name in line and not line.lstrip().startswith("//")), None)
+    if start is None:
+        raise ValueError(f"{name!r} not found in {_rel(str(path))}")
+    first = start
+    while with_comment and first > 0 and lines[first - 1].lstrip().startswith(("//", "template")):
+        first -= 1
+    depth, end, opened = 0, start, False
+    for end in range(start, len(lines)):
+        depth += lines[end].count("{") - lines[end].count("}")
+        opened = opened or "{" in lines[end]
+        if opened and depth <= 0:
+            break
+    print(f"// {_rel(str(path))}, lines {first + 1}-{end + 1}")
+    for i in range(first, end + 1):
+        print(f"{i + 1:4d}  {lines[i]}")
+
+
+def torch_locks(max_age_s: float = 0) -> list[tuple[Path, float]]:
+    """Lock files in torch's JIT build folders (torch.utils.cpp_extension.load/load_inline), with their
+    age in seconds. torch waits forever on a lock left by a killed build: if no build is running,
+    delete the file (or call remove_torch_lock(path))."""
+    from torch.utils.cpp_extension import get_default_build_root
+
+    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root())
+    locks = [*root.glob("*/lock"), *root.glob("*/*/lock")] if root.exists() else []
+    ages = [(lock, time.time() - lock.stat().st_mtime) for lock in locks]
+    return [(lock, age) for lock, age in ages if age >= max_age_s]
+
+
+def remove_torch_lock(path: str | Path) -> None:
+    Path(path).unlink(missing_ok=True)
+    print(f"removed {path}")

@@ -125,8 +125,9 @@ template <typename T>
 void poly_forward_v2(const T* x, const Acc<T>* coeffs, T* y, int64_t n, cudaStream_t stream) {
   if (aligned16(x) && aligned16(y)) {
     constexpr int N = kPack16<T>;
-    const int64_t blocks = ceil_div<int64_t>(n / N, kThreads);
-    forward_v2_kernel<T, N> < < < blocks > 0 ? blocks : 1, kThreads, 0, stream >>> (x, coeffs, y, n);
+    const int64_t packs_grid = ceil_div<int64_t>(n / N, kThreads);
+    const int64_t grid = packs_grid > 0 ? packs_grid : 1;  // n < N still needs one block for the tail
+    forward_v2_kernel<T, N><<<grid, kThreads, 0, stream>>>(x, coeffs, y, n);
   } else {
     forward_v2_kernel<T, 1><<<ceil_div<int64_t>(n, kThreads), kThreads, 0, stream>>>(x, coeffs, y, n);
   }
