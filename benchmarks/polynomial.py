@@ -54,6 +54,7 @@ def sweep(device: str = "cuda", quick: bool = False) -> list[dict]:
         g = torch.randn_like(x)
         both = {
             "ours": _fwd_bwd(poly.polynomial, xg, cg, g),
+            "ours (Python Function)": _fwd_bwd(poly.polynomial_python, xg, cg, g),
             "native": _fwd_bwd(poly.reference, xg, cg, g),
             "torch.compile": _fwd_bwd(compiled, xg, cg, g),
         }

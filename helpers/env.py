@@ -83,6 +83,8 @@ def _pip_toolkit_root(site: Path) -> Path | None:
     if not (nvcc_pkg / "bin" / "nvcc").exists():
         return None
     farm = Path(cache_root(), "cuda-pip-toolkit")
+    if (farm / ".complete").exists():
+        return farm
     for pkg in sorted(site.glob("nvidia/*/")):
         for sub in ("bin", "include", "lib", "nvvm"):
             src = pkg / sub
@@ -93,6 +95,7 @@ def _pip_toolkit_root(site: Path) -> Path | None:
                 if not link.exists():
                     link.parent.mkdir(parents=True, exist_ok=True)
                     link.symlink_to(entry)
+    (farm / ".complete").touch()
     return farm
 
 
@@ -126,6 +129,7 @@ def _candidates() -> list[Path]:
     return out
 
 
+@functools.cache
 def find_toolkit(want: str | None = None) -> Toolkit | None:
     """The CUDA toolkit to build with: the first whose version is `want` (torch's CUDA, "13.0"),
     else the first with the same major version, else the first found at all."""
@@ -201,6 +205,7 @@ def ensure_toolkit(quiet: bool = False) -> Toolkit | None:
         flush=True,
     )
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", *pkgs], check=True)
+    find_toolkit.cache_clear()
     kit = find_toolkit(want)
     if kit is None or kit.version.split(".")[0] != major:
         raise RuntimeError(f"installed {pkgs} but still found no nvcc {want}; set CUDA_HOME by hand")

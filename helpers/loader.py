@@ -53,7 +53,8 @@ class BuildError(RuntimeError):
         self.log = log
 
     def _render_traceback_(self):  # IPython: print this instead of a traceback through the loader
-        return [f"\x1b[31mBuildError\x1b[0m: {self}"]
+        first, *rest = str(self).splitlines() or [""]
+        return [f"\x1b[31mBuildError\x1b[0m: {first}", *rest]
 
 
 @dataclasses.dataclass
@@ -444,12 +445,16 @@ def _compile_all(todo, verbose: bool) -> None:
 
 
 def _import(name: str, so: Path):
+    """Import the module in `so`. Its spec name is unique per build (`_course_<hash>.NAME`): pybind11 3
+    caches modules by spec name, so a rebuilt module imported under the plain name would silently be
+    the old one. Python finds PyInit_NAME from the last component, which the binding defines."""
     key = str(so)
     if key not in _modules:
         import torch  # noqa: F401  (the extension links against torch's libraries)
 
-        loader = importlib.machinery.ExtensionFileLoader(name, key)
-        spec = importlib.util.spec_from_file_location(name, key, loader=loader)
+        spec_name = f"_course_{so.stem.split('.')[-1]}.{name}"
+        loader = importlib.machinery.ExtensionFileLoader(spec_name, key)
+        spec = importlib.util.spec_from_file_location(spec_name, key, loader=loader)
         module = importlib.util.module_from_spec(spec)
         loader.exec_module(module)
         _modules[key] = module

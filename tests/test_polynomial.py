@@ -58,16 +58,18 @@ def test_backward_matches_autograd(ext, device, dtype, shape):
     check.assert_close(gc, cd.grad.to(acc), name="grad_coeffs", **tol)
 
 
-def test_gradcheck(device):
+@pytest.mark.parametrize("op", [poly.polynomial, poly.polynomial_python], ids=["cpp_autograd", "python_autograd"])
+def test_gradcheck(device, op):
     x = torch.randn(37, device=device, dtype=torch.float64, requires_grad=True)
     c = torch.tensor(COEFFS, device=device, dtype=torch.float64, requires_grad=True)
-    assert check.gradcheck(poly.polynomial, x, c)
+    assert check.gradcheck(op, x, c)
 
 
-def test_autograd_through_a_loss_with_broadcast_grad(device):
+@pytest.mark.parametrize("op", [poly.polynomial, poly.polynomial_python], ids=["cpp_autograd", "python_autograd"])
+def test_autograd_through_a_loss_with_broadcast_grad(device, op):
     x = torch.randn(4, 33, device=device, requires_grad=True)
     c = torch.tensor(COEFFS, device=device, requires_grad=True)
-    poly.polynomial(x, c).sum().backward()  # grad_y is an expanded (stride 0) tensor
+    op(x, c).sum().backward()  # grad_y is an expanded (stride 0) tensor
     xr, cr = x.detach().clone().requires_grad_(), c.detach().clone().requires_grad_()
     poly.reference(xr, cr).sum().backward()
     check.assert_close(x.grad, xr.grad)
@@ -155,3 +157,14 @@ def test_matches_cpu_implementation(ext):
     x = torch.randn(100_003)
     c = torch.tensor(COEFFS)
     check.assert_close(ext.forward(x.cuda(), c.cuda()).cpu(), ext.forward(x, c))
+
+
+def test_coeffs_only_gradient(device):
+    x = torch.randn(100, device=device)
+    c = torch.tensor(COEFFS, device=device, dtype=torch.float64, requires_grad=True)
+    (grad,) = torch.autograd.grad(poly.polynomial(x, c).sum(), c)
+    assert grad.dtype == torch.float64
+    xd = x.double()
+    check.assert_close(
+        grad, torch.stack([(xd**3).sum(), (xd**2).sum(), xd.sum(), xd.new_tensor(100.0)]), rtol=1e-5, atol=1e-4
+    )
