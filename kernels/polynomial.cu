@@ -11,10 +11,10 @@
 //                per SM; it falls back to Pack<T, 1> when a pointer is not 16-byte aligned.
 //   backward v1  the exercise (kernels/exercises/polynomial_backward.cuh): one thread per element,
 //                grad_x only.
-//   backward v2  16-byte Packs like forward v2, and the four coefficient gradients
-//                (sum g*x^3, g*x^2, g*x, g) accumulated in registers in the same pass, reduced per
-//                block, then summed by one small block in a fixed order: no second pass over memory,
-//                no atomics, the same bits on every run.
+//   backward v2  16-byte Packs like forward v2, two per thread in flight, and the four coefficient
+//                gradients (sums of g*x^3, g*x^2, g*x, g) accumulated in registers in the same pass,
+//                reduced per block, then summed by one 1024-thread block in a fixed order: no second
+//                pass over memory, no atomics, the same bits on every run.
 //
 // Everything is computed in Acc<T> (float, double for double inputs) and stored as T.
 #include "polynomial.h"
@@ -58,9 +58,10 @@ __global__ void forward_v2_kernel(const T* __restrict__ x, const Acc<T>* __restr
   if (i < N && t < n) y[t] = from_acc<T>(c.y(to_acc(x[t])));
 }
 
-// v2 backward: a fixed grid strides over the Packs so each thread accumulates many elements of the
-// coefficient sums in registers before the one block reduction.
-template <typename T, int N, bool kCoeffGrad>
+// v2 backward: each thread loads U Packs of grad_y and of x before computing any (2U 16-byte loads in
+// flight), and the grid is capped so that a thread accumulates several Packs of the coefficient sums in
+// registers before the one block reduction. The n % N leftover elements go to block 0.
+template <typename T, int N, int U, bool kCoeffGrad>
 __global__ void backward_v2_kernel(const T* __restrict__ grad_y, const T* __restrict__ x,
                                    const Acc<T>* __restrict__ coeffs, T* __restrict__ grad_x,
                                    Acc<T>* __restrict__ partials, int64_t n) {
@@ -78,19 +79,31 @@ __global__ void backward_v2_kernel(const T* __restrict__ grad_y, const T* __rest
     }
     return g * c.dydx(xv);
   };
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  const int64_t tid = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   const int64_t packs = n / N;
-  for (int64_t i = tid; i < packs; i += stride) {
-    const P g = reinterpret_cast<const P*>(grad_y)[i];
-    const P xv = reinterpret_cast<const P*>(x)[i];
-    P out;
+  const int64_t chunk = int64_t(blockDim.x) * U;
+  for (int64_t base = blockIdx.x * chunk; base < packs; base += int64_t(gridDim.x) * chunk) {
+    P g[U], xv[U];
 #pragma unroll
-    for (int k = 0; k < N; ++k) out.v[k] = from_acc<T>(one(to_acc(xv.v[k]), to_acc(g.v[k])));
-    reinterpret_cast<P*>(grad_x)[i] = out;
+    for (int u = 0; u < U; ++u) {
+      const int64_t i = base + u * blockDim.x + threadIdx.x;
+      if (i < packs) {
+        g[u] = reinterpret_cast<const P*>(grad_y)[i];
+        xv[u] = reinterpret_cast<const P*>(x)[i];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t i = base + u * blockDim.x + threadIdx.x;
+      if (i < packs) {
+        P out;
+#pragma unroll
+        for (int k = 0; k < N; ++k) out.v[k] = from_acc<T>(one(to_acc(xv[u].v[k]), to_acc(g[u].v[k])));
+        reinterpret_cast<P*>(grad_x)[i] = out;
+      }
+    }
   }
-  for (int64_t t = packs * N + tid; t < n; t += stride)
-    grad_x[t] = from_acc<T>(one(to_acc(x[t]), to_acc(grad_y[t])));
+  const int64_t t = packs * N + threadIdx.x;
+  if (blockIdx.x == 0 && t < n) grad_x[t] = from_acc<T>(one(to_acc(x[t]), to_acc(grad_y[t])));
   if (kCoeffGrad) {
     block_sum(s);
     if (threadIdx.x == 0)
@@ -98,15 +111,23 @@ __global__ void backward_v2_kernel(const T* __restrict__ grad_y, const T* __rest
   }
 }
 
-// One block adds the per-block partial sums: thread t takes rows t, t + 256, ... in order.
+// One block of 1024 threads adds the [rows, 4] partial sums. Thread t reads flat elements t, t + 1024,
+// ... (coalesced), which all belong to coefficient t % 4; lanes with the same t % 4 are then combined
+// with shuffles. The order is fixed, so the result is the same on every run.
 template <typename acc_t>
 __global__ void sum_partials_kernel(const acc_t* __restrict__ partials, int rows, acc_t* __restrict__ out) {
-  acc_t s[4] = {0, 0, 0, 0};
-  for (int r = threadIdx.x; r < rows; r += blockDim.x)
-    for (int k = 0; k < 4; ++k) s[k] += partials[r * 4 + k];
-  block_sum(s);
-  if (threadIdx.x == 0)
-    for (int k = 0; k < 4; ++k) out[k] = s[k];
+  __shared__ acc_t warp_sums[32][4];
+  acc_t v = 0;
+  for (int i = threadIdx.x; i < rows * 4; i += blockDim.x) v += partials[i];
+  for (int off = 16; off >= 4; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane < 4) warp_sums[warp][lane] = v;
+  __syncthreads();
+  if (threadIdx.x < 4) {
+    acc_t total = 0;
+    for (int w = 0; w < int(blockDim.x / 32); ++w) total += warp_sums[w][threadIdx.x];
+    out[threadIdx.x] = total;
+  }
 }
 
 }  // namespace
@@ -142,32 +163,45 @@ void poly_backward_v1(const T* grad_y, const T* x, const Acc<T>* coeffs, T* grad
   COURSE_LAUNCH_CHECK();
 }
 
-// Enough blocks to fill every SM 8 times over (2048 threads each), fewer for small inputs.
+constexpr int kUnroll = 2;        // Packs per thread per step in backward v2
+constexpr int kBlocksPerSm = 32;  // cap on backward v2's grid, in blocks per SM
+
+// An upper bound on backward v2's grid (computed for Packs of one element), so the .cpp can size the
+// partial-sums buffer without knowing the dtype or the alignment.
 int poly_backward_v2_blocks(int64_t n) {
-  const int64_t want = ceil_div<int64_t>(n, int64_t(kThreads) * 8);
-  const int64_t cap = int64_t(num_sms()) * 8;
+  const int64_t want = ceil_div<int64_t>(n, int64_t(kThreads) * kUnroll);
+  const int64_t cap = int64_t(num_sms()) * kBlocksPerSm;
   return int(want < 1 ? 1 : (want < cap ? want : cap));
+}
+
+template <typename T, int N, bool kCoeffGrad>
+void launch_backward_v2(const T* grad_y, const T* x, const Acc<T>* coeffs, T* grad_x, Acc<T>* partials,
+                        Acc<T>* grad_coeffs, int64_t n, cudaStream_t stream) {
+  const int64_t want = ceil_div<int64_t>(n / N, int64_t(kThreads) * kUnroll);
+  const int64_t cap = int64_t(num_sms()) * kBlocksPerSm;
+  const int blocks = int(want < 1 ? 1 : (want < cap ? want : cap));
+  backward_v2_kernel<T, N, kUnroll, kCoeffGrad>
+      <<<blocks, kThreads, 0, stream>>>(grad_y, x, coeffs, grad_x, partials, n);
+  COURSE_LAUNCH_CHECK();
+  if (kCoeffGrad) {
+    sum_partials_kernel<Acc<T>><<<1, 1024, 0, stream>>>(partials, blocks, grad_coeffs);
+    COURSE_LAUNCH_CHECK();
+  }
 }
 
 template <typename T>
 void poly_backward_v2(const T* grad_y, const T* x, const Acc<T>* coeffs, T* grad_x, Acc<T>* partials,
                       Acc<T>* grad_coeffs, int64_t n, cudaStream_t stream) {
-  const int blocks = poly_backward_v2_blocks(n);
   const bool vec = aligned16(grad_y) && aligned16(x) && aligned16(grad_x);
   constexpr int N = kPack16<T>;
-  if (grad_coeffs) {
-    if (vec)
-      backward_v2_kernel<T, N, true><<<blocks, kThreads, 0, stream>>>(grad_y, x, coeffs, grad_x, partials, n);
-    else
-      backward_v2_kernel<T, 1, true><<<blocks, kThreads, 0, stream>>>(grad_y, x, coeffs, grad_x, partials, n);
-    COURSE_LAUNCH_CHECK();
-    sum_partials_kernel<Acc<T>><<<1, kThreads, 0, stream>>>(partials, blocks, grad_coeffs);
-  } else if (vec) {
-    backward_v2_kernel<T, N, false><<<blocks, kThreads, 0, stream>>>(grad_y, x, coeffs, grad_x, nullptr, n);
-  } else {
-    backward_v2_kernel<T, 1, false><<<blocks, kThreads, 0, stream>>>(grad_y, x, coeffs, grad_x, nullptr, n);
-  }
-  COURSE_LAUNCH_CHECK();
+  if (grad_coeffs && vec)
+    launch_backward_v2<T, N, true>(grad_y, x, coeffs, grad_x, partials, grad_coeffs, n, stream);
+  else if (grad_coeffs)
+    launch_backward_v2<T, 1, true>(grad_y, x, coeffs, grad_x, partials, grad_coeffs, n, stream);
+  else if (vec)
+    launch_backward_v2<T, N, false>(grad_y, x, coeffs, grad_x, partials, grad_coeffs, n, stream);
+  else
+    launch_backward_v2<T, 1, false>(grad_y, x, coeffs, grad_x, partials, grad_coeffs, n, stream);
 }
 
 #define INSTANTIATE(T)                                                                                \
