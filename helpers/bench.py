@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import statistics
 
 import torch
 
@@ -64,16 +63,21 @@ def time(fn, *, device: str | torch.device | None = None, rep_ms: int = 100) -> 
         try:
             from triton.testing import do_bench
         except ImportError:
-            times = sorted(_cuda_events(fn, rep_ms=rep_ms))
-            q = lambda p: times[min(len(times) - 1, int(p * len(times)))]  # noqa: E731
-            return Timing(statistics.median(times), q(0.2), q(0.8))
+            return _summary(_cuda_events(fn, rep_ms=rep_ms))
         med, lo, hi = do_bench(fn, warmup=25, rep=rep_ms, quantiles=[0.5, 0.2, 0.8])
         return Timing(med, lo, hi)
     import torch.utils.benchmark as tb
 
     m = tb.Timer(stmt="fn()", globals={"fn": fn}).blocked_autorange(min_run_time=0.2)
-    times = sorted(m.times)
-    return Timing(m.median * 1e3, times[int(0.2 * (len(times) - 1))] * 1e3, times[int(0.8 * (len(times) - 1))] * 1e3)
+    return _summary([t * 1e3 for t in m.times])
+
+
+def _summary(times_ms: list[float]) -> Timing:
+    """Median and 20th/80th percentiles (linear interpolation, so lo <= median <= hi always)."""
+    import numpy as np
+
+    lo, med, hi = np.percentile(np.asarray(times_ms, dtype=float), [20, 50, 80])
+    return Timing(float(med), float(lo), float(hi))
 
 
 @functools.cache

@@ -5,6 +5,7 @@
 //   check_same_device(t, "c", x, "x")                                               (RuntimeError)
 //   check_same_dtype(t, "c", x, "x")                                                (TypeError)
 //   check_shape(t, "c", {4})                                                        (ValueError)
+//   shape_str(t.sizes())            "[3, 4]", for messages (see below: no ostream for numbers)
 //   acc_dtype(t)                    float64 for float64 tensors, else float32: the math type
 //   CudaType<scalar_t>::type        at::Half -> __half, at::BFloat16 -> __nv_bfloat16 (WITH_CUDA only)
 #pragma once
@@ -33,8 +34,18 @@ inline void check_same_dtype(const at::Tensor& t, const char* name, const at::Te
                    ref.scalar_type(), "), got ", t.scalar_type());
 }
 
+// "[3, 4]". Numbers in messages go through std::to_string, not std::ostream: on some toolchains an
+// extension's ostream number formatting disagrees with the libstdc++ loaded at run time and crashes
+// (seen with g++ 13.3 on the GPU test machine), while string concatenation is safe everywhere.
+inline std::string shape_str(at::IntArrayRef shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
 inline void check_shape(const at::Tensor& t, const char* name, at::IntArrayRef shape) {
-  TORCH_CHECK_VALUE(t.sizes() == shape, name, " must have shape ", shape, ", got ", t.sizes());
+  TORCH_CHECK_VALUE(t.sizes() == shape, name, " must have shape ", shape_str(shape), ", got ",
+                    shape_str(t.sizes()));
 }
 
 inline at::ScalarType acc_dtype(const at::Tensor& t) {
