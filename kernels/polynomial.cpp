@@ -80,8 +80,8 @@ at::Tensor checked_coeffs(const at::Tensor& x, const at::Tensor& coeffs) {
 }
 
 void check_version(int64_t version, int64_t max_version) {
-  TORCH_CHECK_VALUE(version >= 1 && version <= max_version, "version must be between 1 and ", max_version,
-                    ", got ", version);
+  TORCH_CHECK_VALUE(version >= 1 && version <= max_version, "version must be between 1 and ",
+                    std::to_string(max_version), ", got ", std::to_string(version));
 }
 
 }  // namespace
