@@ -1,4 +1,5 @@
-"""Lesson 01: y = a*x^3 + b*x^2 + c*x + d, forward and forward+backward (x and the coefficients).
+"""Lesson 01: y = a*x^3 + b*x^2 + c*x + d, forward, forward+backward for x (fixed coefficients), and
+forward+backward for x and learnable coefficients (whose gradients add four reductions).
 
 Bytes counted: forward reads x and writes y (2 N elements); forward+backward adds reading grad_y and
 x and writing grad_x (5 N in all; the 4 coefficient gradients are negligible)."""
@@ -17,9 +18,10 @@ COEFFS = [1.5, 0.5, -2.0, 0.25]
 
 
 def _fwd_bwd(f, x, c, g):
+    wrt = tuple(t for t in (x, c) if t.requires_grad)
+
     def run():
-        y = f(x, c)
-        torch.autograd.grad(y, (x, c), g)
+        torch.autograd.grad(f(x, c), wrt, g)
 
     return run
 
@@ -50,14 +52,15 @@ def sweep(device: str = "cuda", quick: bool = False) -> list[dict]:
             "torch.compile": lambda: compiled(x, c),
         }
         rows += bench.compare(fwd, nbytes=2 * n * es, device=device, op="poly fwd", **labels)
-        xg, cg = x.clone().requires_grad_(), c.clone().requires_grad_()
         g = torch.randn_like(x)
-        both = {
-            "ours": _fwd_bwd(poly.polynomial, xg, cg, g),
-            "ours (Python Function)": _fwd_bwd(poly.polynomial_python, xg, cg, g),
-            "native": _fwd_bwd(poly.reference, xg, cg, g),
-            "torch.compile": _fwd_bwd(compiled, xg, cg, g),
-        }
-        rows += bench.compare(both, nbytes=5 * n * es, device=device, op="poly fwd+bwd", **labels)
+        xg = x.clone().requires_grad_()
+        for op, cc in (("poly fwd+bwd", c), ("poly fwd+bwd learn", c.clone().requires_grad_())):
+            both = {
+                "ours": _fwd_bwd(poly.polynomial, xg, cc, g),
+                "ours (Python Function)": _fwd_bwd(poly.polynomial_python, xg, cc, g),
+                "native": _fwd_bwd(poly.reference, xg, cc, g),
+                "torch.compile": _fwd_bwd(compiled, xg, cc, g),
+            }
+            rows += bench.compare(both, nbytes=5 * n * es, device=device, op=op, **labels)
         print(f"  {labels['shape']:>12} {labels['dtype']}", flush=True)
     return rows

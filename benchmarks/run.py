@@ -39,7 +39,7 @@ def machine() -> dict:
 
 def summary(rows: list[dict]) -> str:
     """One line per (op, shape, dtype): ours in GB/s and % of copy, ours/native and ours/compile speed."""
-    out = [f"{'op':<16}{'shape':<12}{'dtype':<9}{'ours GB/s':>10}{'% copy':>8}{'x native':>10}{'x compile':>10}"]
+    out = [f"{'op':<20}{'shape':<12}{'dtype':<9}{'ours GB/s':>10}{'% copy':>8}{'x native':>10}{'x compile':>10}"]
     groups: dict = {}
     for r in rows:
         groups.setdefault((r["op"], r["shape"], r["dtype"]), {})[r["impl"]] = r
@@ -49,7 +49,7 @@ def summary(rows: list[dict]) -> str:
             continue
         nat, comp = g.get("native"), g.get("torch.compile")
         out.append(
-            f"{op:<16}{shape:<12}{dtype:<9}{ours['gbps']:>10.0f}{ours['pct_copy']:>7.1f}%"
+            f"{op:<20}{shape:<12}{dtype:<9}{ours['gbps']:>10.0f}{ours['pct_copy']:>7.1f}%"
             + (f"{nat['ms'] / ours['ms']:>9.2f}x" if nat else f"{'':>10}")
             + (f"{comp['ms'] / ours['ms']:>9.2f}x" if comp else f"{'':>10}")
         )
