@@ -39,7 +39,6 @@ def test_notebook_runs_top_to_bottom(path, monkeypatch):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     monkeypatch.setenv("COURSE_SOLUTIONS", "1")
-    monkeypatch.setenv("MPLBACKEND", "Agg")
     nb = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(
         nb, timeout=1200, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
