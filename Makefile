@@ -32,9 +32,11 @@ test: $(SETUP)
 
 test-gpu: $(SETUP)
 	mkdir -p $(OUT)
-	COURSE_NB_OUT=$(OUT) $(PY) -m pytest -q -p no:cacheprovider --junitxml=$(OUT)/pytest.xml 2>&1 | tee $(OUT)/pytest.log | tail -n 15
-	$(PY) -m benchmarks.loader_times --out $(OUT)/loader_times.json
-	$(PY) -m benchmarks.run --out $(OUT)
+	COURSE_NB_OUT=$(OUT) $(PY) -m pytest -q -p no:cacheprovider > $(OUT)/pytest.log 2>&1; rc=$$?; \
+	  tail -n 15 $(OUT)/pytest.log; \
+	  $(PY) -m benchmarks.loader_times --out $(OUT)/loader_times.json > $(OUT)/loader.log 2>&1 || rc=1; \
+	  $(PY) -m benchmarks.run --out $(OUT) > $(OUT)/bench.log 2>&1 || rc=1; \
+	  tail -n 40 $(OUT)/bench.log; exit $$rc
 
 bench: $(SETUP)
 	$(PY) -m benchmarks.run --out results
