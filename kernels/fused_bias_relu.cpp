@@ -1,0 +1,399 @@
+// kernels/fused_bias_relu.cpp: the PyTorch side of y = relu(x * scale + bias) (lesson 02).
+//
+//   forward(x, bias, scale, version=2) -> y
+//   forward_mask(x, bias, scale) -> [y, mask]          mask (bool): where relu let z through
+//   forward_(x, bias, scale) -> x                      in place: x now holds y
+//   backward(grad_y, x, bias, scale, need_bias_grad=True) -> [grad_x, grad_bias or None]
+//   backward_from_mask(grad_y, mask, scale, need_bias_grad=True) -> [grad_x, grad_bias or None]
+//       mask: forward_mask's bool mask, or the output y itself (relu'(z) = 1 exactly where y > 0)
+//   fused_bias_relu(x, bias, scale) -> y               differentiable: a C++ torch::autograd::Function
+//   square(x) -> x * x                                 differentiable: the exercise (square.cuh)
+//
+// x is [..., C] of float32/float64/float16/bfloat16, bias is [C] of the same dtype on the same device,
+// scale is a Python float. The math runs in float32 (float64 for float64); grad_bias is the sum over
+// every dimension but the last, in a fixed order (the same bits on every run). This file checks the
+// inputs, allocates the outputs, picks the dtype (AT_DISPATCH) and calls the CPU loops below or the
+// CUDA launchers of fused_bias_relu.cu on PyTorch's current stream.
+#include <ATen/Parallel.h>
+#include <torch/autograd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "checks.h"
+#include "square.cuh"
+
+#ifdef WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "fused_bias_relu.h"
+#else
+enum class Saved { kInput, kOutput, kMask };  // as in fused_bias_relu.h, which needs the CUDA headers
+#endif
+
+namespace {
+
+constexpr int64_t kGrain = 32768;  // elements per CPU task
+constexpr int64_t kMaxChunks = 256;
+
+// relu lets z through where z > 0 (and where z is NaN, like torch.relu).
+template <typename acc_t>
+inline bool passes(acc_t z) {
+  return !(z <= acc_t(0));
+}
+
+// ------------------------------------------------------------------------------------------------
+// CPU implementation: the same results as the CUDA kernels, row by row.
+// ------------------------------------------------------------------------------------------------
+
+// Written without branches on the data (std::max and selects, which compile to max/blend
+// instructions): with random signs a branch per element is mispredicted half the time.
+template <typename T, typename acc_t, bool kMask>
+void forward_cpu(const T* x, const T* bias, acc_t scale, T* y, bool* mask, int64_t rows, int64_t cols) {
+  const std::vector<acc_t> b(bias, bias + cols);
+  at::parallel_for(0, rows, std::max<int64_t>(1, kGrain / cols), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const T* xr = x + r * cols;
+      T* yr = y + r * cols;
+      for (int64_t c = 0; c < cols; ++c) {
+        const acc_t z = static_cast<acc_t>(xr[c]) * scale + b[c];
+        yr[c] = static_cast<T>(std::max(z, acc_t(0)));  // z unless z < 0: a NaN goes through
+        if constexpr (kMask) mask[r * cols + c] = passes(z);
+      }
+    }
+  });
+}
+
+// Rows r0..r1 of grad_x, adding each column's kept grad_y into s. Every load is unconditional and
+// relu' is a select, so the compiler vectorizes the loop. `saved` is x (with b), y, or the mask.
+template <Saved S, typename T, typename acc_t>
+void backward_rows(const T* gy, const void* saved, const acc_t* b, acc_t scale, T* gx, acc_t* s, int64_t r0,
+                   int64_t r1, int64_t cols) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t base = r * cols;
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t i = base + c;
+      bool through;
+      if constexpr (S == Saved::kInput)
+        through = passes(static_cast<acc_t>(static_cast<const T*>(saved)[i]) * scale + b[c]);
+      else if constexpr (S == Saved::kOutput)
+        through = passes(static_cast<acc_t>(static_cast<const T*>(saved)[i]));
+      else
+        through = static_cast<const uint8_t*>(saved)[i] != 0;  // bool's bytes, read as numbers
+      const acc_t gv = static_cast<acc_t>(gy[i]);
+      const acc_t g = through ? gv : acc_t(0);
+      gx[i] = static_cast<T>(g * scale);
+      s[c] += g;
+    }
+  }
+}
+
+// grad_x, and the bias sums per fixed chunk of rows, added in chunk order at the end: the same result
+// whatever the number of threads.
+template <Saved S, typename T, typename acc_t>
+void backward_cpu(const T* gy, const void* saved, const acc_t* b, acc_t scale, T* gx, T* gb, int64_t rows,
+                  int64_t cols) {
+  const int64_t per_chunk = std::max({int64_t(1), kGrain / cols, (rows + kMaxChunks - 1) / kMaxChunks});
+  const int64_t chunks = (rows + per_chunk - 1) / per_chunk;
+  std::vector<acc_t> partial(chunks * cols, acc_t(0));
+  at::parallel_for(0, chunks, 1, [&](int64_t cb, int64_t ce) {
+    for (int64_t ch = cb; ch < ce; ++ch)
+      backward_rows<S>(gy, saved, b, scale, gx, partial.data() + ch * cols, ch * per_chunk,
+                       std::min(rows, (ch + 1) * per_chunk), cols);
+  });
+  if (!gb) return;
+  for (int64_t c = 0; c < cols; ++c) {
+    acc_t total = 0;
+    for (int64_t ch = 0; ch < chunks; ++ch) total += partial[ch * cols + c];
+    gb[c] = static_cast<T>(total);
+  }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Checks and dispatch
+// ------------------------------------------------------------------------------------------------
+
+void check_x(const at::Tensor& x) {
+  check_floating(x, "x");
+  check_cuda_built(x, "x");
+  TORCH_CHECK_VALUE(x.dim() >= 1, "x must have at least one dimension (its last one is C), got a 0-d tensor");
+}
+
+void check_bias(const at::Tensor& x, const at::Tensor& bias) {
+  check_x(x);
+  TORCH_CHECK_VALUE(bias.defined(), "bias must be a tensor, got None");
+  check_same_device(bias, "bias", x, "x");
+  check_same_dtype(bias, "bias", x, "x");
+  check_shape(bias, "bias", {x.size(-1)});
+}
+
+void check_grad_y(const at::Tensor& grad_y, const at::Tensor& like, const char* like_name) {
+  TORCH_CHECK_VALUE(grad_y.defined(), "grad_y must be a tensor, got None");
+  check_same_device(grad_y, "grad_y", like, like_name);
+  check_shape(grad_y, "grad_y", like.sizes());
+}
+
+// x as [rows, cols]: cols is the last dimension (C), rows everything before it.
+int64_t rows_of(const at::Tensor& x) { return x.size(-1) == 0 ? 0 : x.numel() / x.size(-1); }
+
+#ifdef WITH_CUDA
+struct OnDevice {  // the device guard and PyTorch's current stream there
+  c10::cuda::CUDAGuard guard;
+  cudaStream_t stream;
+  explicit OnDevice(const at::Tensor& t)
+      : guard(t.device()), stream(c10::cuda::getCurrentCUDAStream(t.device().index()).stream()) {}
+};
+#endif
+
+// y = relu(x * scale + bias) into y (which may be x), and the mask when it is defined.
+void forward_into(const at::Tensor& x, const at::Tensor& bias, double scale, at::Tensor& y, at::Tensor* mask,
+                  int64_t version) {
+  const int64_t rows = rows_of(x), cols = x.size(-1);
+  if (rows == 0 || cols == 0) return;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "fused_bias_relu_forward", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    bool* m = mask ? mask->data_ptr<bool>() : nullptr;
+    if (x.is_cpu()) {
+      auto cpu = m ? forward_cpu<scalar_t, acc_t, true> : forward_cpu<scalar_t, acc_t, false>;
+      cpu(x.data_ptr<scalar_t>(), bias.data_ptr<scalar_t>(), acc_t(scale), y.data_ptr<scalar_t>(), m, rows,
+          cols);
+      return;
+    }
+#ifdef WITH_CUDA
+    const OnDevice on(x);
+    if (version == 1)
+      fbr_forward_v1(cuda_ptr<scalar_t>(x), cuda_ptr<scalar_t>(bias), acc_t(scale), cuda_ptr<scalar_t>(y),
+                     rows, cols, on.stream);
+    else
+      fbr_forward_v2(cuda_ptr<scalar_t>(x), cuda_ptr<scalar_t>(bias), acc_t(scale), cuda_ptr<scalar_t>(y), m,
+                     rows, cols, on.stream);
+#endif
+  });
+}
+
+// grad_x and grad_bias from grad_y and what forward saved (x and bias, y, or the mask).
+std::vector<at::Tensor> backward_from(const at::Tensor& grad_y_in, const at::Tensor& saved_in, Saved kind,
+                                      const at::Tensor& bias_in, double scale, bool need_bias_grad) {
+  const at::Tensor grad_y = grad_y_in.contiguous(), saved = saved_in.contiguous();
+  const at::Tensor bias = kind == Saved::kInput ? bias_in.contiguous() : at::Tensor();
+  const int64_t rows = rows_of(grad_y), cols = grad_y.size(-1);
+  at::Tensor grad_x = at::empty_like(grad_y);
+  at::Tensor grad_bias = need_bias_grad ? at::empty({cols}, grad_y.options()) : at::Tensor();
+  if (rows == 0 || cols == 0) {
+    if (need_bias_grad) grad_bias.zero_();  // a sum over no rows
+    return {grad_x, grad_bias};
+  }
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, grad_y.scalar_type(), "fused_bias_relu_backward", [&] {
+        using acc_t = at::opmath_type<scalar_t>;
+        if (grad_y.is_cpu()) {
+          const scalar_t* gy = grad_y.data_ptr<scalar_t>();
+          scalar_t* gx = grad_x.data_ptr<scalar_t>();
+          scalar_t* gb = need_bias_grad ? grad_bias.data_ptr<scalar_t>() : nullptr;
+          const acc_t s = acc_t(scale);
+          const void* sv = saved.data_ptr();
+          if (kind == Saved::kInput) {
+            const std::vector<acc_t> b(bias.data_ptr<scalar_t>(), bias.data_ptr<scalar_t>() + cols);
+            backward_cpu<Saved::kInput>(gy, sv, b.data(), s, gx, gb, rows, cols);
+          } else if (kind == Saved::kOutput) {
+            backward_cpu<Saved::kOutput>(gy, sv, static_cast<const acc_t*>(nullptr), s, gx, gb, rows, cols);
+          } else {
+            backward_cpu<Saved::kMask>(gy, sv, static_cast<const acc_t*>(nullptr), s, gx, gb, rows, cols);
+          }
+          return;
+        }
+#ifdef WITH_CUDA
+        using cuda_t = typename CudaType<scalar_t>::type;
+        const OnDevice on(grad_y);
+        const cuda_t* b = kind == Saved::kInput ? cuda_ptr<scalar_t>(bias) : nullptr;
+        const void* sv = saved.data_ptr();
+        at::Tensor partials;
+        if (need_bias_grad) {
+          const int parts = fbr_backward_partial_rows(cuda_ptr<scalar_t>(grad_y), sv, kind, b,
+                                                      cuda_ptr<scalar_t>(grad_x), rows, cols);
+          partials = at::empty({parts, cols}, grad_y.options().dtype(acc_dtype(grad_y)));
+        }
+        fbr_backward(cuda_ptr<scalar_t>(grad_y), sv, kind, b, acc_t(scale), cuda_ptr<scalar_t>(grad_x),
+                     need_bias_grad ? partials.data_ptr<acc_t>() : nullptr,
+                     need_bias_grad ? cuda_ptr<scalar_t>(grad_bias) : nullptr, rows, cols, on.stream);
+#endif
+      });
+  return {grad_x, grad_bias};
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------------
+// The functions Python sees
+// ------------------------------------------------------------------------------------------------
+
+at::Tensor forward(const at::Tensor& x_in, const at::Tensor& bias_in, double scale, int64_t version) {
+  TORCH_CHECK_VALUE(version == 1 || version == 2, "version must be 1 or 2, got ", std::to_string(version));
+  check_bias(x_in, bias_in);
+  const at::Tensor x = x_in.contiguous(), bias = bias_in.contiguous();
+  at::Tensor y = at::empty_like(x);
+  forward_into(x, bias, scale, y, nullptr, version);
+  return y;
+}
+
+std::vector<at::Tensor> forward_mask(const at::Tensor& x_in, const at::Tensor& bias_in, double scale) {
+  check_bias(x_in, bias_in);
+  const at::Tensor x = x_in.contiguous(), bias = bias_in.contiguous();
+  at::Tensor y = at::empty_like(x);
+  at::Tensor mask = at::empty_like(x, x.options().dtype(at::kBool));
+  forward_into(x, bias, scale, y, &mask, 2);
+  return {y, mask};
+}
+
+// In place, like torch's own `relu_`: x is overwritten and its version counter goes up, so autograd
+// notices if x was saved for some backward. Differentiable only through an autograd Function that
+// calls ctx.mark_dirty(x) (helpers/ops/fused_bias_relu.py), hence the check on requires_grad.
+at::Tensor forward_(at::Tensor& x, const at::Tensor& bias_in, double scale) {
+  check_bias(x, bias_in);
+  TORCH_CHECK(
+      !(at::GradMode::is_enabled() && x.requires_grad()),
+      "forward_ writes into x, which requires grad: autograd would not see the change. Call it from an "
+      "autograd Function that marks x dirty (fused_bias_relu_ in helpers/ops/fused_bias_relu.py)");
+  const at::Tensor bias = bias_in.contiguous();
+  if (x.is_contiguous()) {
+    forward_into(x, bias, scale, x, nullptr, 2);
+  } else {
+    at::Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
+    forward_into(x.contiguous(), bias, scale, y, nullptr, 2);
+    x.copy_(y);
+  }
+  torch::autograd::impl::bump_version(x);
+  return x;
+}
+
+std::vector<at::Tensor> backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& bias,
+                                 double scale, bool need_bias_grad) {
+  check_bias(x, bias);
+  check_grad_y(grad_y, x, "x");
+  check_same_dtype(grad_y, "grad_y", x, "x");
+  return backward_from(grad_y, x, Saved::kInput, bias, scale, need_bias_grad);
+}
+
+std::vector<at::Tensor> backward_from_mask(const at::Tensor& grad_y, const at::Tensor& mask, double scale,
+                                           bool need_bias_grad) {
+  check_floating(grad_y, "grad_y");
+  check_cuda_built(grad_y, "grad_y");
+  TORCH_CHECK_VALUE(grad_y.dim() >= 1, "grad_y must have at least one dimension, got a 0-d tensor");
+  TORCH_CHECK_VALUE(mask.defined(), "mask must be a tensor, got None");
+  check_same_device(mask, "mask", grad_y, "grad_y");
+  check_shape(mask, "mask", grad_y.sizes());
+  const bool is_mask = mask.scalar_type() == at::kBool;
+  TORCH_CHECK_TYPE(is_mask || mask.scalar_type() == grad_y.scalar_type(),
+                   "mask must be bool (from forward_mask) or the output y (the dtype of grad_y, ",
+                   grad_y.scalar_type(), "), got ", mask.scalar_type());
+  return backward_from(grad_y, mask, is_mask ? Saved::kMask : Saved::kOutput, at::Tensor(), scale,
+                       need_bias_grad);
+}
+
+// The same op as a C++ autograd Function: the graph node is C++, so backward runs without Python.
+// Like the Python wrapper lesson 02 builds first, it saves x and bias.
+class FusedBiasReluFunction : public torch::autograd::Function<FusedBiasReluFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            const at::Tensor& bias, double scale) {
+    ctx->save_for_backward({x, bias});
+    ctx->saved_data["scale"] = scale;
+    return ::forward(x, bias, scale, 2);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const bool need_x = ctx->needs_input_grad(0), need_bias = ctx->needs_input_grad(1);
+    auto grads =
+        ::backward(grad_outputs[0], saved[0], saved[1], ctx->saved_data["scale"].toDouble(), need_bias);
+    return {need_x ? grads[0] : at::Tensor(), grads[1], at::Tensor()};  // one per input; none for scale
+  }
+};
+
+at::Tensor fused_bias_relu(const at::Tensor& x, const at::Tensor& bias, double scale) {
+  return FusedBiasReluFunction::apply(x, bias, scale);
+}
+
+// ------------------------------------------------------------------------------------------------
+// The exercise: y = x * x as a C++ autograd Function (the seed's SquareFunction). The loops and
+// kernels are yours: kernels/exercises/square.cuh.
+// ------------------------------------------------------------------------------------------------
+
+at::Tensor square_forward(const at::Tensor& x_in) {
+  check_x(x_in);
+  const at::Tensor x = x_in.contiguous();
+  at::Tensor y = at::empty_like(x);
+  if (x.numel() == 0) return y;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "square_forward", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    if (x.is_cpu()) {
+      square_forward_cpu<scalar_t, acc_t>(x.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(), x.numel());
+      return;
+    }
+#ifdef WITH_CUDA
+    const OnDevice on(x);
+    square_forward_cuda(cuda_ptr<scalar_t>(x), cuda_ptr<scalar_t>(y), x.numel(), on.stream);
+#endif
+  });
+  return y;
+}
+
+at::Tensor square_backward(const at::Tensor& grad_y_in, const at::Tensor& x_in) {
+  check_grad_y(grad_y_in, x_in, "x");
+  check_same_dtype(grad_y_in, "grad_y", x_in, "x");
+  const at::Tensor x = x_in.contiguous(), grad_y = grad_y_in.contiguous();
+  at::Tensor grad_x = at::empty_like(x);
+  if (x.numel() == 0) return grad_x;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "square_backward", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    if (x.is_cpu()) {
+      square_backward_cpu<scalar_t, acc_t>(grad_y.data_ptr<scalar_t>(), x.data_ptr<scalar_t>(),
+                                           grad_x.data_ptr<scalar_t>(), x.numel());
+      return;
+    }
+#ifdef WITH_CUDA
+    const OnDevice on(x);
+    square_backward_cuda(cuda_ptr<scalar_t>(grad_y), cuda_ptr<scalar_t>(x), cuda_ptr<scalar_t>(grad_x),
+                         x.numel(), on.stream);
+#endif
+  });
+  return grad_x;
+}
+
+class SquareFunction : public torch::autograd::Function<SquareFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x) {
+    ctx->save_for_backward({x});
+    return square_forward(x);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const at::Tensor x = ctx->get_saved_variables()[0];
+    return {square_backward(grad_outputs[0], x)};  // d(x^2)/dx = 2x, times grad_y: your backward
+  }
+};
+
+at::Tensor square(const at::Tensor& x) { return SquareFunction::apply(x); }
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "y = relu(x * scale + bias) for x [..., C] and bias [C] (lesson 02), and the exercise square(x)";
+  m.def("forward", &forward, "y = relu(x * scale + bias)", py::arg("x"), py::arg("bias"),
+        py::arg("scale") = 1.0, py::arg("version") = 2);
+  m.def("forward_mask", &forward_mask, "[y, mask]: mask (bool) is where relu let x * scale + bias through",
+        py::arg("x"), py::arg("bias"), py::arg("scale") = 1.0);
+  m.def("forward_", &forward_, "in place: x = relu(x * scale + bias); returns x", py::arg("x"),
+        py::arg("bias"), py::arg("scale") = 1.0);
+  m.def("backward", &backward, "[grad_x, grad_bias (None unless need_bias_grad)] from the input x",
+        py::arg("grad_y"), py::arg("x"), py::arg("bias"), py::arg("scale") = 1.0,
+        py::arg("need_bias_grad") = true);
+  m.def("backward_from_mask", &backward_from_mask,
+        "[grad_x, grad_bias (None unless need_bias_grad)] from forward_mask's mask or from the output y",
+        py::arg("grad_y"), py::arg("mask"), py::arg("scale") = 1.0, py::arg("need_bias_grad") = true);
+  m.def("fused_bias_relu", &fused_bias_relu, "differentiable relu(x * scale + bias): a C++ autograd Function",
+        py::arg("x"), py::arg("bias"), py::arg("scale") = 1.0);
+  m.def("square", &square, "differentiable x * x: the exercise, as a C++ autograd Function", py::arg("x"));
+}

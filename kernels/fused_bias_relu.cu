@@ -1,0 +1,338 @@
+// kernels/fused_bias_relu.cu: y = relu(x * scale + bias), forward and backward (lesson 02).
+//
+// x is [rows, cols] (any [..., C] tensor, flattened), bias is [cols], scale a number. Native PyTorch runs
+// three kernels (mul, add, relu), each reading and writing the whole tensor; one kernel reads x once and
+// writes y once. Backward gives grad_x = grad_y * scale * relu'(z) and grad_bias = the sum of
+// grad_y * relu'(z) over the rows: an element-wise part and a reduction, done in one pass over memory.
+// The versions, in the order lesson 02 builds them (numbers never change):
+//
+//   forward v1   one thread per element; the bias column is i % cols. What you write first: right, but
+//                a 64-bit modulo per element and loads of sizeof(T) bytes.
+//   forward v2   a 2-D grid: each thread owns one 16-byte Pack of columns (its bias Pack stays in
+//                registers, no modulo) and strides over rows, loading 4 rows before it stores any, so
+//                64 bytes per thread are in flight (backward: 2 rows of 2 tensors). A fixed grid of as many
+//                blocks as fit on the GPU at once, each thread doing the same number of rows: one wave, no
+//                tail. Optionally writes a 1-byte mask (relu'(z)) for a backward that needs neither x nor y.
+//   backward     the same 2-D grid. relu'(z) comes from x (recomputing z), from y (z > 0 where y > 0)
+//                or from the mask. Each thread adds grad_y * relu'(z) for its columns in registers,
+//                the block adds its rows in shared memory (a fixed tree), and writes one row of
+//                per-block partial sums [row blocks, cols]; a second small kernel adds those per column
+//                in a fixed order. No float atomics: grad_bias has the same bits on every run.
+//
+// Everything is computed in Acc<T> (float, double for double inputs) and stored as T. relu(z) is
+// `z <= 0 ? 0 : z`, so a NaN goes through, as in torch.relu, and its gradient too.
+#include <algorithm>
+#include <type_traits>
+
+#include "fused_bias_relu.h"
+#include "square.cuh"
+
+namespace {
+
+constexpr int kThreads = 256;
+// Rows a thread loads before it computes and stores any of them: 4 Packs (64 bytes) in flight each.
+constexpr int kRows = 4;          // forward reads one tensor
+constexpr int kBackwardRows = 2;  // backward reads two (grad_y and what forward saved)
+// At most 64 registers a thread, so at least 4 blocks of 256 threads fit on an SM (1024 threads).
+#define FBR_BOUNDS __launch_bounds__(kThreads, 4)
+
+// relu lets z through where z > 0 (and where z is NaN, like torch.relu).
+template <typename acc_t>
+__device__ __forceinline__ bool passes(acc_t z) {
+  return !(z <= acc_t(0));
+}
+
+// v1: thread i handles element i. One modulo per element finds the bias column.
+template <typename T>
+__global__ void forward_v1_kernel(const T* __restrict__ x, const T* __restrict__ bias, Acc<T> scale,
+                                  T* __restrict__ y, int64_t n, int64_t cols) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const Acc<T> z = to_acc(x[i]) * scale + to_acc(bias[i % cols]);
+  y[i] = from_acc<T>(passes(z) ? z : Acc<T>(0));
+}
+
+// v2: thread (tx, ty) of block (bx, by) owns column Pack bx * blockDim.x + tx for the whole run and
+// visits rows by * blockDim.y + ty, then every gridDim.y * blockDim.y rows. x and y are not
+// __restrict__: the in-place variant passes the same pointer for both.
+template <typename T, int N>
+__global__ void FBR_BOUNDS forward_v2_kernel(const T* x, const T* __restrict__ bias, Acc<T> scale, T* y,
+                                             bool* __restrict__ mask, int64_t rows, int64_t cols) {
+  using acc_t = Acc<T>;
+  using P = Pack<T, N>;
+  using M = Pack<uint8_t, N>;
+  const int64_t packs = cols / N;
+  const int64_t cp = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (cp >= packs) return;
+  acc_t b[N];
+  const P bp = reinterpret_cast<const P*>(bias)[cp];
+#pragma unroll
+  for (int k = 0; k < N; ++k) b[k] = to_acc(bp.v[k]);
+  const int64_t stride = int64_t(gridDim.y) * blockDim.y;
+  for (int64_t r0 = blockIdx.y * int64_t(blockDim.y) + threadIdx.y; r0 < rows; r0 += kRows * stride) {
+    P p[kRows];
+#pragma unroll
+    for (int u = 0; u < kRows; ++u)
+      if (r0 + u * stride < rows) p[u] = reinterpret_cast<const P*>(x)[(r0 + u * stride) * packs + cp];
+#pragma unroll
+    for (int u = 0; u < kRows; ++u) {
+      if (r0 + u * stride >= rows) continue;
+      M m;
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const acc_t z = to_acc(p[u].v[k]) * scale + b[k];
+        m.v[k] = passes(z);
+        p[u].v[k] = from_acc<T>(m.v[k] ? z : acc_t(0));
+      }
+      const int64_t i = (r0 + u * stride) * packs + cp;
+      reinterpret_cast<P*>(y)[i] = p[u];
+      if (mask) reinterpret_cast<M*>(mask)[i] = m;
+    }
+  }
+}
+
+// Did relu let element k through? From x (z recomputed exactly as forward did), y, or the mask.
+template <Saved S, typename V, typename acc_t>
+__device__ __forceinline__ bool let_through(V saved, acc_t scale, acc_t b) {
+  if constexpr (S == Saved::kInput)
+    return passes(to_acc(saved) * scale + b);
+  else if constexpr (S == Saved::kOutput)
+    return passes(to_acc(saved));
+  else
+    return saved != 0;
+}
+
+// The grid of forward v2, plus the bias-gradient sums: per thread in registers, then per block over
+// threadIdx.y in shared memory (a fixed tree), written to partials[blockIdx.y][columns].
+template <typename T, int N, Saved S>
+__global__ void FBR_BOUNDS backward_kernel(const T* __restrict__ grad_y, const void* __restrict__ saved,
+                                           const T* __restrict__ bias, Acc<T> scale, T* __restrict__ grad_x,
+                                           Acc<T>* __restrict__ partials, int64_t rows, int64_t cols) {
+  using acc_t = Acc<T>;
+  using P = Pack<T, N>;
+  using SP = std::conditional_t<S == Saved::kMask, Pack<uint8_t, N>, Pack<T, N>>;
+  const int64_t packs = cols / N;
+  const int64_t cp = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  const bool active = cp < packs;  // idle threads still take part in the block's sum
+  acc_t b[N], sum[N];
+#pragma unroll
+  for (int k = 0; k < N; ++k) b[k] = sum[k] = acc_t(0);
+  if (S == Saved::kInput && active) {
+    const P bp = reinterpret_cast<const P*>(bias)[cp];
+#pragma unroll
+    for (int k = 0; k < N; ++k) b[k] = to_acc(bp.v[k]);
+  }
+  const SP* sv = reinterpret_cast<const SP*>(saved);
+  const int64_t stride = int64_t(gridDim.y) * blockDim.y;
+  for (int64_t r0 = blockIdx.y * int64_t(blockDim.y) + threadIdx.y; active && r0 < rows;
+       r0 += kBackwardRows * stride) {
+    P g[kBackwardRows];
+    SP s[kBackwardRows];
+#pragma unroll
+    for (int u = 0; u < kBackwardRows; ++u) {
+      const int64_t i = (r0 + u * stride) * packs + cp;
+      if (r0 + u * stride < rows) {
+        g[u] = reinterpret_cast<const P*>(grad_y)[i];
+        s[u] = sv[i];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kBackwardRows; ++u) {
+      if (r0 + u * stride >= rows) continue;
+      P out;
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const acc_t gv = to_acc(g[u].v[k]);
+        const bool pass = let_through<S>(s[u].v[k], scale, b[k]);
+        out.v[k] = from_acc<T>(pass ? gv * scale : acc_t(0));
+        sum[k] += pass ? gv : acc_t(0);
+      }
+      reinterpret_cast<P*>(grad_x)[(r0 + u * stride) * packs + cp] = out;
+    }
+  }
+  if (partials == nullptr) return;  // the same for every thread of the grid
+  __shared__ acc_t red[kThreads * N];
+  acc_t* mine = red + (threadIdx.y * blockDim.x + threadIdx.x) * N;
+#pragma unroll
+  for (int k = 0; k < N; ++k) mine[k] = sum[k];
+  __syncthreads();
+  for (int h = blockDim.y / 2; h > 0; h /= 2) {
+    if (threadIdx.y < h)
+#pragma unroll
+      for (int k = 0; k < N; ++k) mine[k] += mine[h * blockDim.x * N + k];
+    __syncthreads();
+  }
+  if (threadIdx.y == 0 && active)
+#pragma unroll
+    for (int k = 0; k < N; ++k) partials[blockIdx.y * cols + cp * N + k] = mine[k];
+}
+
+// grad_bias[c] = the sum over p of partials[p][c]. Block (32, 8): 32 columns side by side (coalesced),
+// 8 threads per column each adding every 8th row in order, then a fixed tree over the 8.
+constexpr int kSumCols = 32, kSumLanes = 8;
+template <typename T>
+__global__ void sum_partials_kernel(const Acc<T>* __restrict__ partials, int parts, int64_t cols,
+                                    T* __restrict__ grad_bias) {
+  using acc_t = Acc<T>;
+  __shared__ acc_t red[kSumLanes][kSumCols];
+  const int64_t c = blockIdx.x * int64_t(kSumCols) + threadIdx.x;
+  acc_t s = 0;
+  if (c < cols)
+    for (int p = threadIdx.y; p < parts; p += kSumLanes) s += partials[p * cols + c];
+  red[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  for (int h = kSumLanes / 2; h > 0; h /= 2) {
+    if (threadIdx.y < h) red[threadIdx.y][threadIdx.x] += red[threadIdx.y + h][threadIdx.x];
+    __syncthreads();
+  }
+  if (threadIdx.y == 0 && c < cols) grad_bias[c] = from_acc<T>(red[0][threadIdx.x]);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Grid planning
+// ------------------------------------------------------------------------------------------------
+
+struct Plan {
+  dim3 grid, block;
+};
+
+// Block: tx threads side by side on a row's column Packs (a power of two up to 32: a warp reads up to
+// 32 consecutive Packs, 512 contiguous bytes) and ty = 256 / tx rows. Grid: x over column chunks, y over
+// row blocks, no more blocks than fit on the GPU at once (`resident`), and every thread gets the same
+// number of rows: one wave of equal blocks.
+Plan make_plan(int64_t rows, int64_t col_packs, int resident) {
+  int tx = 1;
+  while (tx < 32 && tx < col_packs) tx *= 2;
+  const int ty = kThreads / tx;
+  const int64_t gx = ceil_div<int64_t>(col_packs, tx);
+  const int64_t gy_max = std::max<int64_t>(1, resident / gx);
+  const int64_t per_thread = ceil_div<int64_t>(rows, gy_max * ty);
+  const int64_t gy = ceil_div<int64_t>(rows, per_thread * ty);
+  return {dim3(unsigned(gx), unsigned(gy)), dim3(tx, ty)};
+}
+
+// Blocks of `kernel` resident on the whole GPU at once (callers cache it: one GPU model assumed).
+template <typename K>
+int resident_blocks(K kernel) {
+  int per_sm = 0;
+  COURSE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0));
+  return std::max(1, per_sm) * num_sms();
+}
+
+template <typename T, int N>
+void launch_forward_v2(const T* x, const T* bias, Acc<T> scale, T* y, bool* mask, int64_t rows, int64_t cols,
+                       cudaStream_t stream) {
+  static const int resident = resident_blocks(forward_v2_kernel<T, N>);
+  const Plan p = make_plan(rows, cols / N, resident);
+  forward_v2_kernel<T, N><<<p.grid, p.block, 0, stream>>>(x, bias, scale, y, mask, rows, cols);
+  COURSE_LAUNCH_CHECK();
+}
+
+template <typename T, int N, Saved S>
+Plan backward_plan(int64_t rows, int64_t cols) {
+  static const int resident = resident_blocks(backward_kernel<T, N, S>);
+  return make_plan(rows, cols / N, resident);
+}
+
+template <int N, Saved S>
+struct Config {
+  static constexpr int n = N;
+  static constexpr Saved saved = S;
+};
+
+// Calls f(Config<N, kind>{}) with N = a 16-byte Pack when every row and pointer allows it, else 1.
+template <typename T, typename F>
+void with_config(const T* grad_y, const void* saved, Saved kind, const T* bias, const T* grad_x, int64_t cols,
+                 F&& f) {
+  constexpr int N = kPack16<T>;
+  const bool vec = cols % N == 0 && aligned16(grad_y) && aligned16(saved) && aligned16(grad_x) &&
+                   (kind != Saved::kInput || aligned16(bias));
+  switch (kind) {
+    case Saved::kInput:
+      return vec ? f(Config<N, Saved::kInput>{}) : f(Config<1, Saved::kInput>{});
+    case Saved::kOutput:
+      return vec ? f(Config<N, Saved::kOutput>{}) : f(Config<1, Saved::kOutput>{});
+    case Saved::kMask:
+      return vec ? f(Config<N, Saved::kMask>{}) : f(Config<1, Saved::kMask>{});
+  }
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------------
+// Launchers. The .cpp guarantees rows > 0 and cols > 0, and that every pointer is on the current device.
+// ------------------------------------------------------------------------------------------------
+
+template <typename T>
+void fbr_forward_v1(const T* x, const T* bias, Acc<T> scale, T* y, int64_t rows, int64_t cols,
+                    cudaStream_t stream) {
+  const int64_t n = rows * cols;
+  forward_v1_kernel<T><<<ceil_div<int64_t>(n, kThreads), kThreads, 0, stream>>>(x, bias, scale, y, n, cols);
+  COURSE_LAUNCH_CHECK();
+}
+
+template <typename T>
+void fbr_forward_v2(const T* x, const T* bias, Acc<T> scale, T* y, bool* mask, int64_t rows, int64_t cols,
+                    cudaStream_t stream) {
+  constexpr int N = kPack16<T>;
+  if (cols % N == 0 && aligned16(x) && aligned16(y) && aligned16(bias) && aligned16(mask))
+    launch_forward_v2<T, N>(x, bias, scale, y, mask, rows, cols, stream);
+  else
+    launch_forward_v2<T, 1>(x, bias, scale, y, mask, rows, cols, stream);
+}
+
+template <typename T>
+int fbr_backward_partial_rows(const T* grad_y, const void* saved, Saved kind, const T* bias, const T* grad_x,
+                              int64_t rows, int64_t cols) {
+  int parts = 0;
+  with_config(grad_y, saved, kind, bias, grad_x, cols, [&](auto c) {
+    using C = decltype(c);
+    parts = int(backward_plan<T, C::n, C::saved>(rows, cols).grid.y);
+  });
+  return parts;
+}
+
+template <typename T>
+void fbr_backward(const T* grad_y, const void* saved, Saved kind, const T* bias, Acc<T> scale, T* grad_x,
+                  Acc<T>* partials, T* grad_bias, int64_t rows, int64_t cols, cudaStream_t stream) {
+  with_config(grad_y, saved, kind, bias, grad_x, cols, [&](auto c) {
+    using C = decltype(c);
+    const Plan p = backward_plan<T, C::n, C::saved>(rows, cols);
+    Acc<T>* part = grad_bias ? partials : nullptr;
+    backward_kernel<T, C::n, C::saved>
+        <<<p.grid, p.block, 0, stream>>>(grad_y, saved, bias, scale, grad_x, part, rows, cols);
+    COURSE_LAUNCH_CHECK();
+    if (grad_bias) {
+      const dim3 block(kSumCols, kSumLanes);
+      const int64_t blocks = ceil_div<int64_t>(cols, kSumCols);
+      sum_partials_kernel<T><<<blocks, block, 0, stream>>>(partials, int(p.grid.y), cols, grad_bias);
+      COURSE_LAUNCH_CHECK();
+    }
+  });
+}
+
+template <typename T>
+void square_forward_cuda(const T* x, T* y, int64_t n, cudaStream_t stream) {
+  square_forward_kernel<T><<<ceil_div<int64_t>(n, kThreads), kThreads, 0, stream>>>(x, y, n);
+  COURSE_LAUNCH_CHECK();
+}
+
+template <typename T>
+void square_backward_cuda(const T* grad_y, const T* x, T* grad_x, int64_t n, cudaStream_t stream) {
+  square_backward_kernel<T><<<ceil_div<int64_t>(n, kThreads), kThreads, 0, stream>>>(grad_y, x, grad_x, n);
+  COURSE_LAUNCH_CHECK();
+}
+
+#define INSTANTIATE(T)                                                                                    \
+  template void fbr_forward_v1<T>(const T*, const T*, Acc<T>, T*, int64_t, int64_t, cudaStream_t);        \
+  template void fbr_forward_v2<T>(const T*, const T*, Acc<T>, T*, bool*, int64_t, int64_t, cudaStream_t); \
+  template int fbr_backward_partial_rows<T>(const T*, const void*, Saved, const T*, const T*, int64_t,    \
+                                            int64_t);                                                     \
+  template void fbr_backward<T>(const T*, const void*, Saved, const T*, Acc<T>, T*, Acc<T>*, T*, int64_t, \
+                                int64_t, cudaStream_t);                                                   \
+  template void square_forward_cuda<T>(const T*, T*, int64_t, cudaStream_t);                              \
+  template void square_backward_cuda<T>(const T*, const T*, T*, int64_t, cudaStream_t);
+INSTANTIATE(float)
+INSTANTIATE(double)
+INSTANTIATE(__half)
+INSTANTIATE(__nv_bfloat16)

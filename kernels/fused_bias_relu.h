@@ -1,0 +1,38 @@
+// kernels/fused_bias_relu.h: the launchers of kernels/fused_bias_relu.cu, as the .cpp sees them.
+// Raw pointers and a stream in, nothing from torch: T is float, double, __half or __nv_bfloat16. x, y,
+// grad_y and grad_x are contiguous [rows, cols] (x of shape [..., C] seen as rows = numel / C, cols = C),
+// bias and grad_bias are [cols], scale is a number in Acc<T> (float, or double for double).
+#pragma once
+
+#include "common.h"
+
+// What backward reads to know where relu let the gradient through (relu'(z) = 1 where z > 0, else 0).
+enum class Saved {
+  kInput,   // x (and bias): recompute z = x * scale + bias
+  kOutput,  // y = relu(z): z > 0 exactly where y > 0
+  kMask,    // a 1-byte mask (a bool tensor) written by forward
+};
+
+template <typename T>
+void fbr_forward_v1(const T* x, const T* bias, Acc<T> scale, T* y, int64_t rows, int64_t cols,
+                    cudaStream_t stream);
+// v2 also writes the 1-byte mask when `mask` is not null. y may be x (the in-place variant).
+template <typename T>
+void fbr_forward_v2(const T* x, const T* bias, Acc<T> scale, T* y, bool* mask, int64_t rows, int64_t cols,
+                    cudaStream_t stream);
+
+// `saved` is x (kInput, and then bias is used), y (kOutput) or the mask (kMask, bool).
+// grad_bias is written when it is not null, through `partials`: a scratch buffer of
+// fbr_backward_partial_rows(...) * cols values of Acc<T>, from the same arguments.
+template <typename T>
+int fbr_backward_partial_rows(const T* grad_y, const void* saved, Saved kind, const T* bias, const T* grad_x,
+                              int64_t rows, int64_t cols);
+template <typename T>
+void fbr_backward(const T* grad_y, const void* saved, Saved kind, const T* bias, Acc<T> scale, T* grad_x,
+                  Acc<T>* partials, T* grad_bias, int64_t rows, int64_t cols, cudaStream_t stream);
+
+// The exercise (kernels/exercises/square.cuh): y = x * x and grad_x = 2 * x * grad_y, one thread each.
+template <typename T>
+void square_forward_cuda(const T* x, T* y, int64_t n, cudaStream_t stream);
+template <typename T>
+void square_backward_cuda(const T* grad_y, const T* x, T* grad_x, int64_t n, cudaStream_t stream);

@@ -1,0 +1,57 @@
+// Exercise (lesson 02): your own op, y = x * x, with its backward: grad_x = dL/dx = 2 * x * grad_y.
+//
+// kernels/fused_bias_relu.cpp already wraps these functions in a C++ torch::autograd::Function
+// (SquareFunction, the seed's pattern): its forward saves x and calls your forward, its backward calls
+// your backward. Python sees it as `ext.square(x)`, differentiable. You write the loops and kernels:
+// compute in acc_t / Acc<T> (float, or double for double inputs) and store as T.
+//
+// Part 1 is the CPU version (it is what runs in CPU mode); Part 2 the CUDA kernels, one thread per
+// element. Each function is 2 to 4 lines. Check your work with the self-check cell in lesson 02.
+#pragma once
+
+#include <cstdint>
+
+// Part 1: the CPU loops. T is float, double, at::Half or at::BFloat16; static_cast converts.
+template <typename T, typename acc_t>
+void square_forward_cpu(const T* x, T* y, int64_t n) {
+  // BEGIN SOLUTION
+  for (int64_t i = 0; i < n; ++i) {
+    const acc_t v = static_cast<acc_t>(x[i]);
+    y[i] = static_cast<T>(v * v);
+  }
+  // END SOLUTION
+}
+
+template <typename T, typename acc_t>
+void square_backward_cpu(const T* grad_y, const T* x, T* grad_x, int64_t n) {
+  // BEGIN SOLUTION
+  for (int64_t i = 0; i < n; ++i)
+    grad_x[i] = static_cast<T>(2 * static_cast<acc_t>(x[i]) * static_cast<acc_t>(grad_y[i]));
+  // END SOLUTION
+}
+
+#ifdef __CUDACC__
+#include "common.h"
+
+// Part 2: the CUDA kernels, launched with ceil_div(n, 256) blocks of 256 threads. T is float, double,
+// __half or __nv_bfloat16: read with to_acc(x[i]), write with from_acc<T>(value) (kernels/common.h).
+template <typename T>
+__global__ void square_forward_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n) {
+  // BEGIN SOLUTION
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const Acc<T> v = to_acc(x[i]);
+  y[i] = from_acc<T>(v * v);
+  // END SOLUTION
+}
+
+template <typename T>
+__global__ void square_backward_kernel(const T* __restrict__ grad_y, const T* __restrict__ x,
+                                       T* __restrict__ grad_x, int64_t n) {
+  // BEGIN SOLUTION
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  grad_x[i] = from_acc<T>(2 * to_acc(x[i]) * to_acc(grad_y[i]));
+  // END SOLUTION
+}
+#endif

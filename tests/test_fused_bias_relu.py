@@ -1,0 +1,388 @@
+"""kernels/fused_bias_relu.*: CPU and (on a GPU) CUDA paths against plain PyTorch, gradients, memory
+variants, in place, the layer, bad input."""
+
+import os
+
+import pytest
+import torch
+from torch import nn
+
+from helpers import check, loader
+from helpers.ops import fused_bias_relu as fbr
+from tests.conftest import needs_gpu
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+# C = 1, 3, 1151 (not a multiple of any Pack), 64 and 256 (16-byte Packs), 20 (Packs for float32, not for
+# 16-bit types); row counts that are not multiples of a block's rows.
+SHAPES = [(1,), (3,), (1151,), (513, 1), (17, 3), (9, 1151), (2, 3, 5), (7, 129), (65, 64), (300, 20), (3, 5, 256)]
+SCALE = 1.75
+
+
+@pytest.fixture(scope="module")
+def ext():
+    old = os.environ.get("COURSE_SOLUTIONS")
+    os.environ["COURSE_SOLUTIONS"] = "1"
+    try:
+        return loader.load("fused_bias_relu")
+    finally:
+        os.environ.pop("COURSE_SOLUTIONS") if old is None else os.environ.__setitem__("COURSE_SOLUTIONS", old)
+
+
+def inputs(shape, dtype, device, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=g).to(device=device, dtype=dtype)
+    b = torch.randn(shape[-1], generator=g).to(device=device, dtype=dtype)
+    grad_y = torch.randn(shape, generator=g).to(device=device, dtype=dtype)
+    return x, b, grad_y
+
+
+def autograd_reference(x, b, grad_y, scale=SCALE):
+    """grad_x and grad_bias from torch's autograd in float64, rounded to x's dtype."""
+    xd, bd = x.double().requires_grad_(), b.double().requires_grad_()
+    fbr.reference(xd, bd, scale).backward(grad_y.double())
+    return xd.grad.to(x.dtype), bd.grad.to(x.dtype)
+
+
+def bias_tol(x):
+    """grad_bias adds x.numel() / C terms in float32: allow for the rounding of that many additions."""
+    rows = x.numel() // x.shape[-1]
+    return dict(rtol=1e-5, atol=1e-6 * rows) if x.dtype == torch.float32 else {}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_forward_matches_reference(ext, device, dtype, shape):
+    x, b, _ = inputs(shape, dtype, device)
+    with check.poisoned():
+        y1 = ext.forward(x, b, SCALE, 1)
+        y2 = ext.forward(x, b, SCALE, 2)
+        ym, mask = ext.forward_mask(x, b, SCALE)
+    want = fbr.expected(x, b, SCALE)
+    check.assert_close(y1, want, name="y (v1)")
+    check.assert_close(y2, want, name="y (v2)")
+    check.assert_close(ym, want, name="y (forward_mask)")
+    assert mask.dtype == torch.bool and torch.equal(mask, (x.double() * SCALE + b.double()) > 0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_backward_matches_autograd_from_input_mask_and_output(ext, device, dtype, shape):
+    x, b, g = inputs(shape, dtype, device)
+    want_x, want_b = autograd_reference(x, b, g)
+    y, mask = ext.forward_mask(x, b, SCALE)
+    with check.poisoned():
+        results = {
+            "input": ext.backward(g, x, b, SCALE, True),
+            "mask": ext.backward_from_mask(g, mask, SCALE, True),
+            "output": ext.backward_from_mask(g, y, SCALE, True),
+        }
+    for saved, (gx, gb) in results.items():
+        check.assert_close(gx, want_x, name=f"grad_x (from {saved})")
+        check.assert_close(gb, want_b, name=f"grad_bias (from {saved})", **bias_tol(x))
+
+
+def test_bias_grad_is_optional(ext, device):
+    x, b, g = inputs((33, 40), torch.float32, device)
+    gx, gb = ext.backward(g, x, b, SCALE, False)
+    assert gb is None
+    check.assert_close(gx, autograd_reference(x, b, g)[0])
+    assert ext.backward_from_mask(g, ext.forward(x, b, SCALE), SCALE, False)[1] is None
+
+
+@pytest.mark.parametrize("save", fbr.SAVES)
+def test_gradcheck(device, save):
+    x = torch.randn(6, 37, device=device, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(37, device=device, dtype=torch.float64, requires_grad=True)
+    assert check.gradcheck(lambda x, b: fbr.fused_bias_relu(x, b, SCALE, save=save), x, b)
+
+
+def test_gradcheck_cpp_function_and_in_place(ext, device):
+    x = torch.randn(5, 3, 11, device=device, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(11, device=device, dtype=torch.float64, requires_grad=True)
+    assert check.gradcheck(lambda x, b: ext.fused_bias_relu(x, b, SCALE), x, b)
+    assert check.gradcheck(lambda x, b: fbr.fused_bias_relu_(x * 1.0, b, SCALE), x, b)
+
+
+@pytest.mark.parametrize("make", [lambda: fbr.fused_bias_relu, lambda: None], ids=["python", "cpp"])
+def test_autograd_only_where_needed(ext, device, make):
+    op = make() or (lambda x, b, s: ext.fused_bias_relu(x, b, s))
+    x, b, g = inputs((8, 24), torch.float32, device)
+    xg = x.clone().requires_grad_()
+    op(xg, b, SCALE).backward(g)  # bias needs no grad
+    check.assert_close(xg.grad, autograd_reference(x, b, g)[0])
+    bg = b.clone().requires_grad_()
+    op(x, bg, SCALE).backward(g)  # x needs no grad
+    check.assert_close(bg.grad, autograd_reference(x, b, g)[1], **bias_tol(x))
+
+
+def test_autograd_through_a_loss_with_broadcast_grad(device):
+    x = torch.randn(4, 33, device=device, requires_grad=True)
+    b = torch.randn(33, device=device, requires_grad=True)
+    fbr.fused_bias_relu(x, b, SCALE).sum().backward()  # grad_y is an expanded (stride 0) tensor
+    xr, br = x.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
+    fbr.reference(xr, br, SCALE).sum().backward()
+    check.assert_close(x.grad, xr.grad)
+    check.assert_close(b.grad, br.grad)
+
+
+def test_nan_goes_through_like_torch_relu(ext, device):
+    x = torch.tensor([[float("nan"), -1.0, 1.0]], device=device)
+    b = torch.zeros(3, device=device)
+    y = ext.forward(x, b)
+    assert torch.equal(y.isnan(), torch.relu(x).isnan())
+    xr = x.clone().requires_grad_()
+    torch.relu(xr * 1.0 + b).backward(torch.ones_like(x))
+    for gx, _ in (ext.backward(torch.ones_like(x), x, b), ext.backward_from_mask(torch.ones_like(x), y)):
+        assert torch.equal(gx, xr.grad)
+
+
+def test_in_place_matches_and_bumps_the_version(device):
+    x, b, g = inputs((31, 20), torch.float32, device)
+    h = x.clone().requires_grad_()
+    a = h * 1.0  # a non-leaf to modify in place
+    version = a._version
+    out = fbr.fused_bias_relu_(a, b, SCALE)
+    assert out is a and a._version > version
+    check.assert_close(a.detach(), fbr.expected(x, b, SCALE))
+    out.backward(g)
+    check.assert_close(h.grad, autograd_reference(x, b, g)[0])
+
+
+def test_in_place_refuses_what_autograd_refuses(ext, device):
+    b = torch.randn(5, device=device)
+    leaf = torch.randn(3, 5, device=device, requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        fbr.fused_bias_relu_(leaf, b)
+    with pytest.raises(RuntimeError, match="mark_dirty|marks x dirty"):
+        ext.forward_(leaf * 1.0, b, 1.0)  # the raw op: autograd could not see the change
+    a = leaf.exp()  # exp saves its output for backward ...
+    fbr.fused_bias_relu_(a, b)  # ... which this overwrites
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        a.sum().backward()
+
+
+def test_in_place_on_non_contiguous_x(ext, device):
+    x, b, _ = inputs((16, 9), torch.float32, device)
+    t = x.t().contiguous().t()  # same values, column-major
+    assert not t.is_contiguous()
+    out = ext.forward_(t, b, SCALE)
+    assert out.data_ptr() == t.data_ptr()
+    check.assert_close(t, fbr.expected(x, b, SCALE))
+
+
+def test_non_contiguous_input_gives_correct_result(ext, device):
+    x = torch.randn(33, 64, device=device).t()  # [64, 33], C = 33 with stride 64 apart
+    b = torch.randn(33, device=device)
+    assert not x.is_contiguous()
+    check.assert_close(ext.forward(x, b, SCALE), fbr.expected(x, b, SCALE))
+    g = torch.randn(33, 64, device=device).t()
+    gx, gb = ext.backward(g, x, b, SCALE)
+    want_x, want_b = autograd_reference(x, b, g)
+    check.assert_close(gx, want_x)
+    check.assert_close(gb, want_b, **bias_tol(x))
+
+
+@pytest.mark.parametrize("shape", [(0, 5), (4, 0), (0,), (2, 0, 3)])
+def test_empty_input_gives_empty_result(ext, device, shape):
+    x = torch.empty(shape, device=device)
+    b = torch.empty(shape[-1], device=device)
+    assert ext.forward(x, b).shape == shape
+    assert ext.forward_mask(x, b)[1].shape == shape
+    gx, gb = ext.backward(x, x, b)
+    assert gx.shape == shape and torch.equal(gb, torch.zeros(shape[-1], device=device))
+    assert ext.backward_from_mask(x, x)[0].shape == shape
+
+
+@pytest.mark.parametrize(
+    "make, exc, words",
+    [
+        (lambda d: (torch.ones(2, 3, device=d), torch.ones(4, device=d)), ValueError, "bias must have shape [3]"),
+        (lambda d: (torch.ones(2, 3, device=d), torch.ones(1, 3, device=d)), ValueError, "bias must have shape [3]"),
+        (
+            lambda d: (torch.ones(2, 3, device=d), torch.ones(3, device="meta")),
+            RuntimeError,
+            "bias must be on the same device as x",
+        ),
+        (
+            lambda d: (torch.ones(2, 3, device=d), torch.ones(3, device=d, dtype=torch.float64)),
+            TypeError,
+            "bias must have the dtype of x (Float), got Double",
+        ),
+        (
+            lambda d: (torch.ones(2, 3, device=d, dtype=torch.int32), torch.ones(3, device=d, dtype=torch.int32)),
+            TypeError,
+            "x must be float32",
+        ),
+        (lambda d: (torch.tensor(1.0, device=d), torch.ones(1, device=d)), ValueError, "at least one dimension"),
+        (lambda d: (None, torch.ones(3, device=d)), (ValueError, TypeError), "x"),
+        (lambda d: (torch.ones(2, 3, device=d), None), (ValueError, TypeError), "bias"),
+    ],
+)
+def test_bad_input_names_the_argument(ext, device, make, exc, words):
+    x, b = make(device)
+    for fn in (ext.forward, ext.forward_mask, ext.fused_bias_relu):
+        with pytest.raises(
+            exc, match=words.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(").replace(")", r"\)")
+        ):
+            fn(x, b)
+
+
+def test_bad_backward_input_names_the_argument(ext, device):
+    x, b = torch.ones(2, 3, device=device), torch.ones(3, device=device)
+    with pytest.raises(ValueError, match="grad_y must have shape"):
+        ext.backward(torch.ones(3, 2, device=device), x, b)
+    with pytest.raises(TypeError, match="grad_y must have the dtype of x"):
+        ext.backward(torch.ones(2, 3, device=device, dtype=torch.float64), x, b)
+    with pytest.raises(TypeError, match="mask must be bool"):
+        ext.backward_from_mask(x, torch.ones(2, 3, device=device, dtype=torch.int8))
+    with pytest.raises(ValueError, match="mask must have shape"):
+        ext.backward_from_mask(x, torch.ones(3, device=device, dtype=torch.bool))
+    with pytest.raises(RuntimeError, match="mask must be on the same device as grad_y"):
+        ext.backward_from_mask(x, torch.ones(2, 3, device="meta", dtype=torch.bool))
+    with pytest.raises(ValueError, match="version must be 1 or 2"):
+        ext.forward(x, b, 1.0, 3)
+    with pytest.raises(ValueError, match="save must be one of"):
+        fbr.fused_bias_relu(x, b, save="nothing")
+
+
+def test_bias_grad_does_not_depend_on_the_number_of_cpu_threads(ext):
+    x, b, g = inputs((4000, 33), torch.float32, "cpu")
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = ext.backward(g, x, b, SCALE)[1]
+        torch.set_num_threads(max(2, threads))
+        many = ext.backward(g, x, b, SCALE)[1]
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(one, many)
+
+
+def test_layer_and_fused_model_match_native(device):
+    torch.manual_seed(0)
+    native = nn.Sequential(nn.Linear(12, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 3)).to(device)
+    fused = fbr.fuse(native)
+    assert [type(m).__name__ for m in fused] == ["LinearReLU", "LinearReLU", "Linear"]
+    x = torch.randn(20, 12, device=device)
+    check.assert_close(fused(x), native(x), rtol=1e-5, atol=1e-6)
+    native(x).square().sum().backward()
+    fused(x).square().sum().backward()
+    for (name, p), q in zip(native.named_parameters(), fused.parameters()):
+        check.assert_close(q.grad, p.grad, name=f"grad of {name}", rtol=1e-4, atol=1e-5)
+
+
+def test_short_training_run_matches_native():
+    x, y = fbr.synthetic_task(n=512, d_in=16)
+    torch.manual_seed(0)
+    native = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 10))
+    fused = fbr.fuse(native)
+    a, _ = fbr.train(native, x, y, steps=30, batch=64)
+    b, _ = fbr.train(fused, x, y, steps=30, batch=64)
+    assert a[-1] < a[0]
+    torch.testing.assert_close(torch.tensor(b), torch.tensor(a), rtol=1e-4, atol=1e-5)
+
+
+def test_memory_helpers_count_what_backward_keeps():
+    x, b = torch.randn(64, 32, requires_grad=True), torch.randn(32, requires_grad=True)
+    saved = {s: fbr.saved_tensors(lambda x, b: fbr.fused_bias_relu(x, b, save=s), x, b) for s in fbr.SAVES}
+    assert [r[3] for r in saved["input"]] == ["arg 0", "arg 1"]
+    assert saved["mask"] == [((64, 32), torch.bool, 64 * 32, "new")]
+    assert [r[3] for r in saved["output"]] == ["the output"]
+    ws = [torch.randn(32, 32, requires_grad=True) for _ in range(4)]
+    bs = [torch.randn(32, requires_grad=True) for _ in range(3)]
+
+    def kept(op):
+        return fbr.graph_bytes(fbr.stack, x, ws, bs, op, exclude=[x, *ws, *bs])
+
+    act = 64 * 32 * 4
+    native = kept(fbr.reference)
+    assert native == 3 * act  # each layer's output: the next product's input (and relu's output)
+    assert kept(lambda h, b: fbr.fused_bias_relu(h, b, save="output")) == native
+    assert kept(lambda h, b: fbr.fused_bias_relu(h, b, save="mask")) == native + 3 * act // 4
+    assert kept(lambda h, b: fbr.fused_bias_relu(h, b, save="input")) == native + 3 * act
+
+
+def test_square_exercise_solution(ext, device):
+    x = torch.randn(1000, device=device, requires_grad=True)
+    y = ext.square(x)
+    y.backward(torch.ones_like(y))
+    check.assert_close(y.detach(), x.detach() ** 2)
+    check.assert_close(x.grad, 2 * x.detach())
+    assert check.gradcheck(ext.square, torch.randn(9, requires_grad=True, device=device))
+
+
+# ------------------------------------------------------------------------------------------------
+# GPU only
+# ------------------------------------------------------------------------------------------------
+
+
+@needs_gpu
+def test_cpu_tensor_to_cuda_op_is_a_clear_error(ext):
+    with pytest.raises(RuntimeError, match=r"bias must be on the same device as x \(cuda:0\), got cpu"):
+        ext.forward(torch.ones(2, 3, device="cuda"), torch.ones(3))
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("which", ["x", "bias", "grad_y", "mask"])
+def test_misaligned_pointers_take_the_scalar_path(ext, dtype, which):
+    shape = (37, 64)  # a multiple of every Pack, so only the pointers can be misaligned
+    x, b, g = inputs(shape, dtype, "cuda")
+
+    def shifted(t):  # the same values at an address 1 element past a 16-byte boundary
+        base = torch.empty(t.numel() + 1, device="cuda", dtype=t.dtype)
+        out = base[1:].view(t.shape)
+        out.copy_(t)
+        return out
+
+    x2, b2, g2 = (shifted(x) if which == "x" else x), (shifted(b) if which == "bias" else b), g
+    if which == "grad_y":
+        g2 = shifted(g)
+    y, mask = ext.forward_mask(x2, b2, SCALE)
+    check.assert_close(y, fbr.expected(x, b, SCALE))
+    mask2 = shifted(mask) if which == "mask" else mask
+    want_x, want_b = autograd_reference(x, b, g)
+    for gx, gb in (ext.backward(g2, x2, b2, SCALE), ext.backward_from_mask(g2, mask2, SCALE)):
+        check.assert_close(gx, want_x)
+        check.assert_close(gb, want_b, **bias_tol(x))
+
+
+@needs_gpu
+@pytest.mark.parametrize("shape", [(4096, 4096), (1 << 20, 3), (7, 1 << 17)])
+def test_bias_gradient_is_deterministic_and_right_on_large_inputs(ext, shape):
+    x, b, g = (t.cuda() for t in inputs(shape, torch.float32, "cpu"))
+    y, mask = ext.forward_mask(x, b, SCALE)
+    want = (g.double() * (y > 0)).sum(0).float()
+    for run in (lambda: ext.backward(g, x, b, SCALE), lambda: ext.backward_from_mask(g, y, SCALE)):
+        first = run()[1]  # each kernel adds in a fixed order: the same bits every time
+        for _ in range(3):
+            assert torch.equal(run()[1], first)
+        check.assert_close(first, want, **bias_tol(x))
+    assert torch.equal(ext.backward_from_mask(g, mask, SCALE)[1], ext.backward_from_mask(g, mask, SCALE)[1])
+
+
+@needs_gpu
+def test_matches_cpu_implementation(ext):
+    x, b, g = inputs((1000, 96), torch.float32, "cpu")
+    y = ext.forward(x, b, SCALE)
+    check.assert_close(ext.forward(x.cuda(), b.cuda(), SCALE).cpu(), y)
+    # backward from the same y on both sides: the same relu' decisions, only the summation order differs
+    gpu = ext.backward_from_mask(g.cuda(), y.cuda(), SCALE)
+    for a, c in zip(gpu, ext.backward_from_mask(g, y, SCALE)):
+        check.assert_close(a.cpu(), c, rtol=1e-5, atol=1e-4)
+
+
+@needs_gpu
+def test_mask_saves_memory_on_the_gpu():
+    torch.manual_seed(0)
+    n, layers = 1024, 4
+    x = torch.randn(n, n, device="cuda")
+    ws = [(torch.randn(n, n, device="cuda") / n**0.5).requires_grad_() for _ in range(layers + 1)]
+    bs = [torch.randn(n, device="cuda", requires_grad=True) for _ in range(layers)]
+    kept = {}
+    for save in fbr.SAVES:
+        kept[save] = fbr.cuda_memory(fbr.stack, x, ws, bs, lambda h, b: fbr.fused_bias_relu(h, b, save=save))[0]
+    mb = n * n * 4 / 2**20
+    assert kept["output"] < kept["mask"] < kept["input"]
+    assert kept["input"] - kept["output"] == pytest.approx(layers * mb, rel=0.05)
+    assert kept["mask"] - kept["output"] == pytest.approx(layers * mb / 4, rel=0.05)
