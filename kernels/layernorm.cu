@@ -1,0 +1,755 @@
+// kernels/layernorm.cu: LayerNorm over the last dimension, forward and backward (lesson 03).
+//
+//   y = (x - mean) * rstd * weight + bias,   rstd = 1 / sqrt(mean((x - mean)^2) + eps),  per row of N.
+//
+// A norm reads x and writes y once (2*M*N elements forward), and reads x and grad_y and writes grad_x
+// once (3*M*N backward); anything more is wasted bandwidth, so the speed limit is a copy of the same
+// bytes. The versions, in the order lesson 03 builds them (numbers never change):
+//
+//   forward v1   one thread per row, three passes over the row (sum, squared deviations, output).
+//                Simple, but neighbouring threads read addresses N elements apart: no load is coalesced,
+//                and an [M, N] input gives only M threads.
+//   forward v2   one warp per row: lane l reads elements l, l + 32, ... (32 neighbours = one coalesced
+//                transaction) and the 32 partial sums meet through warp shuffles, no shared memory. Still
+//                two-byte loads for bf16, and the row is read three times (L1/L2 catch the rereads).
+//   forward v3   16-byte loads (Pack: 4 floats, 8 bf16) and the row held in registers: x is read from
+//                memory exactly once. A row group of 1 to 32 warps owns a row, 64 bytes per thread, so
+//                rows up to 16384 floats (32768 bf16) stay on chip; mean first, then the squared
+//                deviations (two-pass) from the registers. Longer rows take a block-per-row path with
+//                Welford's one-pass statistics and a second read of the row from L2. Unaligned pointers
+//                or N not a multiple of the pack width use the same kernels with one value per pack.
+//   backward v1  one warp per row for grad_x (two passes), and a separate kernel with one thread per
+//                column summing grad_weight and grad_bias over all rows: reads x and grad_y twice.
+//   backward v2  one pass: a persistent grid (about one block of up to 1024 threads per SM) strides over
+//                the rows; each row group holds its row of x and grad_y in registers (16-byte Packs, 32
+//                bytes of each per thread, the next row already in flight while this one is computed),
+//                writes grad_x, and adds dy * xhat and dy to its own column sums in shared memory. Each
+//                block writes one row of partial sums into a [blocks, N] buffer, and a small second
+//                kernel adds those rows in a fixed order: no atomics, the same bits on every run. Memory
+//                traffic is x, grad_y, grad_x, plus blocks * N * 8 bytes of partial sums. Rows longer than
+//                the registers hold (8192 floats, 16384 bf16) read the row twice and sum the columns in
+//                a separate kernel.
+//
+// Everything is computed in Acc<T> (float, double for double inputs) and stored as T.
+#include <initializer_list>
+#include <type_traits>
+
+#include "layernorm.h"
+#include "layernorm_warp_reduce.cuh"
+
+namespace {
+
+constexpr int kFwdBytes = 64;  // forward v3: bytes of the row each thread holds in registers
+constexpr int kBwdBytes = 32;  // backward v2: bytes of x (and of grad_y) each thread holds per row
+constexpr int kBigThreads = 512;
+
+__device__ __forceinline__ float rsqrt_acc(float v) { return rsqrtf(v); }
+__device__ __forceinline__ double rsqrt_acc(double v) { return rsqrt(v); }
+
+// N values of T kept as raw 32-bit words. A Pack<__nv_bfloat16, 8> held across a loop gets split by the
+// compiler into eight 16-bit registers; as four words it takes four, which is what lets backward v2 keep
+// two rows of x and grad_y in registers. Loads are one instruction of the full width (16 bytes for a Pack).
+template <typename T, int N>
+struct Raw {
+  static constexpr int kBytes = N * int(sizeof(T));
+  uint32_t w[kBytes < 4 ? 1 : kBytes / 4];
+  __device__ __forceinline__ void load(const T* p) {
+    if constexpr (kBytes == 16) {
+      const uint4 u = *reinterpret_cast<const uint4*>(p);
+      w[0] = u.x, w[1] = u.y, w[2] = u.z, w[3] = u.w;
+    } else if constexpr (kBytes == 8) {
+      const uint2 u = *reinterpret_cast<const uint2*>(p);
+      w[0] = u.x, w[1] = u.y;
+    } else if constexpr (kBytes == 4) {
+      w[0] = *reinterpret_cast<const uint32_t*>(p);
+    } else {
+      w[0] = *reinterpret_cast<const unsigned short*>(p);
+    }
+  }
+  __device__ __forceinline__ Acc<T> operator[](int k) const {  // value k, converted to Acc<T>
+    if constexpr (std::is_same_v<T, float>) {
+      return __uint_as_float(w[k]);
+    } else if constexpr (std::is_same_v<T, double>) {
+      return __hiloint2double(int(w[2 * k + 1]), int(w[2 * k]));
+    } else {
+      const uint32_t bits = k % 2 ? w[k / 2] >> 16 : w[k / 2] & 0xffffu;
+      if constexpr (std::is_same_v<T, __nv_bfloat16>) return __uint_as_float(bits << 16);
+      return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+    }
+  }
+};
+
+// Every lane gets the sum over the warp (the same butterfly as the exercise; versions other than v2 use
+// this copy, so an unfinished exercise breaks only forward v2).
+template <typename acc_t>
+__device__ __forceinline__ acc_t lane_sum(acc_t v) {
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+// Sums K values over one row group: the blockDim.x threads with the same threadIdx.y. Every thread of
+// the group gets the totals. Shuffles within each warp, then one value per warp through `buf`
+// (32 * K values); every warp adds those up in the same order, so all get the same bits, on every run.
+// Alternate two buffers between calls: then one __syncthreads per call is enough.
+template <int K, typename acc_t>
+__device__ __forceinline__ void group_sum(acc_t (&v)[K], acc_t* buf) {
+#pragma unroll
+  for (int k = 0; k < K; ++k) v[k] = lane_sum(v[k]);
+  const int warps = blockDim.x / 32;
+  if (warps == 1) return;
+  acc_t* mine = buf + threadIdx.y * warps * K;
+  const int lane = threadIdx.x % 32;
+  if (lane == 0)
+#pragma unroll
+    for (int k = 0; k < K; ++k) mine[threadIdx.x / 32 * K + k] = v[k];
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < K; ++k) v[k] = lane_sum(lane < warps ? mine[lane * K + k] : acc_t(0));
+}
+
+// ------------------------------------------------------------------------------------------------
+// Forward
+// ------------------------------------------------------------------------------------------------
+
+// v1: thread i owns row i and walks it three times.
+template <typename T>
+__global__ void forward_v1_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
+                                  T* __restrict__ y, Acc<T>* __restrict__ mean, Acc<T>* __restrict__ rstd,
+                                  int64_t M, int N, Acc<T> eps) {
+  using acc_t = Acc<T>;
+  const int64_t row = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (row >= M) return;
+  const T* xr = x + row * N;
+  T* yr = y + row * N;
+  acc_t sum = 0;
+  for (int j = 0; j < N; ++j) sum += to_acc(xr[j]);
+  const acc_t mu = sum / N;
+  acc_t sq = 0;
+  for (int j = 0; j < N; ++j) {
+    const acc_t d = to_acc(xr[j]) - mu;
+    sq += d * d;
+  }
+  const acc_t rs = rsqrt_acc(sq / N + eps);
+  for (int j = 0; j < N; ++j) yr[j] = from_acc<T>((to_acc(xr[j]) - mu) * rs * to_acc(w[j]) + to_acc(b[j]));
+  mean[row] = mu;
+  rstd[row] = rs;
+}
+
+// v2: warp w of the grid owns row w; warp_sum (the exercise) joins the lanes' partial sums.
+template <typename T>
+__global__ void forward_v2_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
+                                  T* __restrict__ y, Acc<T>* __restrict__ mean, Acc<T>* __restrict__ rstd,
+                                  int64_t M, int N, Acc<T> eps) {
+  using acc_t = Acc<T>;
+  const int lane = threadIdx.x % 32;
+  const int64_t row = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32;
+  if (row >= M) return;  // the whole warp leaves together
+  const T* xr = x + row * N;
+  T* yr = y + row * N;
+  acc_t sum = 0;
+  for (int j = lane; j < N; j += 32) sum += to_acc(xr[j]);
+  const acc_t mu = warp_sum(sum) / N;
+  acc_t sq = 0;
+  for (int j = lane; j < N; j += 32) {
+    const acc_t d = to_acc(xr[j]) - mu;
+    sq += d * d;
+  }
+  const acc_t rs = rsqrt_acc(warp_sum(sq) / N + eps);
+  for (int j = lane; j < N; j += 32)
+    yr[j] = from_acc<T>((to_acc(xr[j]) - mu) * rs * to_acc(w[j]) + to_acc(b[j]));
+  if (lane == 0) {
+    mean[row] = mu;
+    rstd[row] = rs;
+  }
+}
+
+// v3: a row group of blockDim.x threads (threadIdx.y picks the row) loads its row once, as kPacks
+// Packs of kVec values per thread (pack c goes to thread c % blockDim.x: each warp-wide load is 512
+// contiguous bytes), and keeps it in registers for the mean, the squared deviations and the output.
+template <typename T, int kVec, int kPacks>
+__global__ __launch_bounds__(1024) void forward_v3_kernel(const T* __restrict__ x, const T* __restrict__ w,
+                                                          const T* __restrict__ b, T* __restrict__ y,
+                                                          Acc<T>* __restrict__ mean,
+                                                          Acc<T>* __restrict__ rstd, int64_t M, int N,
+                                                          Acc<T> eps) {
+  using acc_t = Acc<T>;
+  __shared__ acc_t buf[2][32];
+  const int64_t row = blockIdx.x * int64_t(blockDim.y) + threadIdx.y;
+  const bool active = row < M;  // inactive groups still join the __syncthreads of group_sum
+  Raw<T, kVec> v[kPacks];
+  acc_t s[1] = {0};
+#pragma unroll
+  for (int p = 0; p < kPacks; ++p) {
+    const int j = (threadIdx.x + p * blockDim.x) * kVec;  // first column of pack p
+    if (active && j < N) {
+      v[p].load(x + row * N + j);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) s[0] += v[p][k];
+    }
+  }
+  group_sum(s, buf[0]);
+  const acc_t mu = s[0] / N;
+  acc_t q[1] = {0};
+#pragma unroll
+  for (int p = 0; p < kPacks; ++p) {
+    if (active && (threadIdx.x + p * blockDim.x) * kVec < N) {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) q[0] += (v[p][k] - mu) * (v[p][k] - mu);
+    }
+  }
+  group_sum(q, buf[1]);
+  const acc_t rs = rsqrt_acc(q[0] / N + eps);
+  if (!active) return;
+#pragma unroll
+  for (int p = 0; p < kPacks; ++p) {
+    const int j = (threadIdx.x + p * blockDim.x) * kVec;
+    if (j < N) {
+      Raw<T, kVec> wv, bv;
+      wv.load(w + j);
+      bv.load(b + j);
+      Pack<T, kVec> out;
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) out.v[k] = from_acc<T>((v[p][k] - mu) * rs * wv[k] + bv[k]);
+      *reinterpret_cast<Pack<T, kVec>*>(y + row * N + j) = out;
+    }
+  }
+  if (threadIdx.x == 0) {
+    mean[row] = mu;
+    rstd[row] = rs;
+  }
+}
+
+// Welford's running mean and sum of squared deviations (m2), and Chan's rule to merge two of them:
+// one pass over the data, and no cancellation (unlike sum(x^2) - n * mean^2).
+template <typename acc_t>
+struct Welford {
+  acc_t mean = 0, m2 = 0, n = 0;
+  __device__ void add(acc_t v) {
+    n += 1;
+    const acc_t d = v - mean;
+    mean += d / n;
+    m2 += d * (v - mean);
+  }
+  __device__ void merge(acc_t o_mean, acc_t o_m2, acc_t o_n) {
+    const acc_t total = n + o_n;
+    if (o_n == 0) return;
+    const acc_t d = o_mean - mean, f = o_n / total;
+    mean += d * f;
+    m2 += o_m2 + d * d * n * f;
+    n = total;
+  }
+};
+
+// v3 for rows too long for registers: one block per row, Welford per thread, merged down a tree
+// (shfl_down, then warp 0 over the warps' results: a fixed order), then a second read of the row for
+// the output, which hits L2 (the row was just read).
+template <typename T, int kVec>
+__global__ __launch_bounds__(kBigThreads) void forward_v3_long_kernel(
+    const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
+    Acc<T>* __restrict__ mean, Acc<T>* __restrict__ rstd, int N, Acc<T> eps) {
+  using acc_t = Acc<T>;
+  using P = Pack<T, kVec>;
+  __shared__ acc_t part[3][32];
+  __shared__ acc_t stats[2];
+  const int64_t row = blockIdx.x;
+  const int packs = N / kVec, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const P* xr = reinterpret_cast<const P*>(x + row * N);
+  Welford<acc_t> st;
+  for (int c = threadIdx.x; c < packs; c += blockDim.x) {
+    const P in = xr[c];
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) st.add(to_acc(in.v[k]));
+  }
+  for (int off = 16; off > 0; off /= 2) {
+    const acc_t m = __shfl_down_sync(0xffffffffu, st.mean, off);
+    const acc_t m2 = __shfl_down_sync(0xffffffffu, st.m2, off);
+    const acc_t n = __shfl_down_sync(0xffffffffu, st.n, off);
+    st.merge(m, m2, n);
+  }
+  if (lane == 0) {
+    part[0][warp] = st.mean;
+    part[1][warp] = st.m2;
+    part[2][warp] = st.n;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    Welford<acc_t> all;
+    for (int i = 0; i < int(blockDim.x / 32); ++i) all.merge(part[0][i], part[1][i], part[2][i]);
+    stats[0] = all.mean;
+    stats[1] = rsqrt_acc(all.m2 / N + eps);
+    mean[row] = stats[0];
+    rstd[row] = stats[1];
+  }
+  __syncthreads();
+  const acc_t mu = stats[0], rs = stats[1];
+  const P* wp = reinterpret_cast<const P*>(w);
+  const P* bp = reinterpret_cast<const P*>(b);
+  P* yr = reinterpret_cast<P*>(y + row * N);
+  for (int c = threadIdx.x; c < packs; c += blockDim.x) {
+    const P in = xr[c], wv = wp[c], bv = bp[c];
+    P out;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k)
+      out.v[k] = from_acc<T>((to_acc(in.v[k]) - mu) * rs * to_acc(wv.v[k]) + to_acc(bv.v[k]));
+    yr[c] = out;
+  }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Backward. With xhat = (x - mean) * rstd and g = grad_y * weight, per row:
+//   grad_x = rstd * (g - mean(g) - xhat * mean(g * xhat)),  and over the rows
+//   grad_weight = sum(grad_y * xhat),  grad_bias = sum(grad_y).
+// ------------------------------------------------------------------------------------------------
+
+// v1 grad_x: one warp per row; pass 1 sums g and g * xhat, pass 2 writes grad_x.
+template <typename T>
+__global__ void backward_v1_dx_kernel(const T* __restrict__ dy, const T* __restrict__ x,
+                                      const Acc<T>* __restrict__ mean, const Acc<T>* __restrict__ rstd,
+                                      const T* __restrict__ w, T* __restrict__ dx, int64_t M, int N) {
+  using acc_t = Acc<T>;
+  const int lane = threadIdx.x % 32;
+  const int64_t row = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32;
+  if (row >= M) return;
+  const acc_t mu = mean[row], rs = rstd[row];
+  const T *xr = x + row * N, *gr = dy + row * N;
+  acc_t sg = 0, sgx = 0;
+  for (int j = lane; j < N; j += 32) {
+    const acc_t g = to_acc(gr[j]) * to_acc(w[j]);
+    sg += g;
+    sgx += g * (to_acc(xr[j]) - mu) * rs;
+  }
+  const acc_t mg = lane_sum(sg) / N, mgx = lane_sum(sgx) / N;
+  for (int j = lane; j < N; j += 32) {
+    const acc_t g = to_acc(gr[j]) * to_acc(w[j]);
+    dx[row * N + j] = from_acc<T>(rs * (g - mg - (to_acc(xr[j]) - mu) * rs * mgx));
+  }
+}
+
+// v1 grad_weight, grad_bias: thread j walks column j down all M rows (neighbouring threads read
+// neighbouring columns, so the loads are coalesced).
+template <typename T>
+__global__ void backward_v1_dwdb_kernel(const T* __restrict__ dy, const T* __restrict__ x,
+                                        const Acc<T>* __restrict__ mean, const Acc<T>* __restrict__ rstd,
+                                        T* __restrict__ dw, T* __restrict__ db, int64_t M, int N) {
+  using acc_t = Acc<T>;
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= N) return;
+  acc_t sw = 0, sb = 0;
+  for (int64_t r = 0; r < M; ++r) {
+    const acc_t g = to_acc(dy[r * N + j]);
+    sw += g * (to_acc(x[r * N + j]) - mean[r]) * rstd[r];
+    sb += g;
+  }
+  dw[j] = from_acc<T>(sw);
+  db[j] = from_acc<T>(sb);
+}
+
+template <typename T, int kVec, int kPacks>
+struct Row {  // this thread's share of one row of x and grad_y, plus that row's mean and rstd
+  Raw<T, kVec> x[kPacks], g[kPacks];
+  Acc<T> mean = 0, rstd = 0;
+  __device__ __forceinline__ void load(const T* __restrict__ x_, const T* __restrict__ dy,
+                                       const Acc<T>* __restrict__ mean_, const Acc<T>* __restrict__ rstd_,
+                                       int64_t row, int N) {
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+      const int c = threadIdx.x + p * blockDim.x;
+      if (c * kVec < N) {
+        x[p].load(x_ + row * N + c * kVec);
+        g[p].load(dy + row * N + c * kVec);
+      }
+    }
+    mean = mean_[row];
+    rstd = rstd_[row];
+  }
+};
+
+// v2: persistent row groups. Block b, group r takes rows b*R + r, then + gridDim.x * R, ...; the
+// loads of the next row are issued before the current row's math, so memory stays busy through the
+// reductions. Shared memory: two reduction buffers, then per group [grad_weight sums | grad_bias sums]
+// (N each), each column owned by the thread that owns it in the row: no conflicts, no atomics.
+template <typename T, int kVec, int kPacks>
+__global__ __launch_bounds__(1024) void backward_v2_kernel(const T* __restrict__ dy, const T* __restrict__ x,
+                                                           const Acc<T>* __restrict__ mean,
+                                                           const Acc<T>* __restrict__ rstd,
+                                                           const T* __restrict__ w, T* __restrict__ dx,
+                                                           Acc<T>* __restrict__ partials, int64_t M, int N) {
+  using acc_t = Acc<T>;
+  using P = Pack<T, kVec>;
+  constexpr int C = kVec * sizeof(acc_t) >= 16 ? 16 / int(sizeof(acc_t)) : kVec;  // acc values per access
+  using A = Pack<acc_t, C>;
+  extern __shared__ float4 smem_[];
+  acc_t* red = reinterpret_cast<acc_t*>(smem_);  // [2][32 warps][2]
+  acc_t* acc_w = red + 2 * 32 * 2 + threadIdx.y * 2 * N;
+  acc_t* acc_b = acc_w + N;
+  const int packs = N / kVec, R = blockDim.y;
+  const acc_t inv_n = acc_t(1) / N;
+
+  // weight is read again for every row (L1 hits), which leaves the registers to x and grad_y.
+#pragma unroll
+  for (int p = 0; p < kPacks; ++p) {
+    const int c = threadIdx.x + p * blockDim.x;
+    if (c < packs) {
+#pragma unroll
+      for (int k = 0; k < kVec; k += C) {
+        reinterpret_cast<A*>(acc_w + c * kVec + k)[0] = A{};
+        reinterpret_cast<A*>(acc_b + c * kVec + k)[0] = A{};
+      }
+    }
+  }
+
+  const int64_t step = int64_t(gridDim.x) * R;
+  int64_t row = blockIdx.x * int64_t(R) + threadIdx.y;
+  Row<T, kVec, kPacks> cur;
+  if (row < M) cur.load(x, dy, mean, rstd, row, N);
+  int parity = 0;
+  for (int64_t first = blockIdx.x * int64_t(R); first < M; first += step, row += step, parity ^= 1) {
+    Row<T, kVec, kPacks> next;
+    if (row + step < M) next.load(x, dy, mean, rstd, row + step, N);
+    acc_t s[2] = {0, 0};  // sum of g, sum of g * xhat
+    if (row < M) {
+#pragma unroll
+      for (int p = 0; p < kPacks; ++p) {
+        const int c = threadIdx.x + p * blockDim.x;
+        if (c < packs) {
+          Raw<T, kVec> wv;
+          wv.load(w + c * kVec);
+#pragma unroll
+          for (int k = 0; k < kVec; ++k) {
+            const acc_t g = cur.g[p][k] * wv[k];
+            s[0] += g;
+            s[1] += g * (cur.x[p][k] - cur.mean) * cur.rstd;
+          }
+        }
+      }
+    }
+    group_sum(s, red + parity * 64);
+    if (row < M) {
+      const acc_t mg = s[0] * inv_n, mgx = s[1] * inv_n;
+      P* dxr = reinterpret_cast<P*>(dx + row * N);
+#pragma unroll
+      for (int p = 0; p < kPacks; ++p) {
+        const int c = threadIdx.x + p * blockDim.x;
+        if (c < packs) {
+          Raw<T, kVec> wv;
+          wv.load(w + c * kVec);
+          P out;
+#pragma unroll
+          for (int k0 = 0; k0 < kVec; k0 += C) {
+            A aw = reinterpret_cast<A*>(acc_w + c * kVec + k0)[0];
+            A ab = reinterpret_cast<A*>(acc_b + c * kVec + k0)[0];
+#pragma unroll
+            for (int k = 0; k < C; ++k) {
+              const acc_t dyv = cur.g[p][k0 + k];
+              const acc_t xh = (cur.x[p][k0 + k] - cur.mean) * cur.rstd;
+              const acc_t g = dyv * wv[k0 + k];
+              out.v[k0 + k] = from_acc<T>(cur.rstd * (g - mg - xh * mgx));
+              aw.v[k] += dyv * xh;
+              ab.v[k] += dyv;
+            }
+            reinterpret_cast<A*>(acc_w + c * kVec + k0)[0] = aw;
+            reinterpret_cast<A*>(acc_b + c * kVec + k0)[0] = ab;
+          }
+          dxr[c] = out;
+        }
+      }
+    }
+    cur = next;
+  }
+  __syncthreads();
+  // This block's partial sums: its groups added in order 0, 1, ..., R-1.
+  acc_t* acc = red + 2 * 32 * 2;
+  for (int j = threadIdx.y * blockDim.x + threadIdx.x; j < N; j += blockDim.x * R) {
+    acc_t sw = 0, sb = 0;
+    for (int r = 0; r < R; ++r) {
+      sw += acc[r * 2 * N + j];
+      sb += acc[r * 2 * N + N + j];
+    }
+    partials[blockIdx.x * int64_t(N) + j] = sw;
+    partials[(gridDim.x + blockIdx.x) * int64_t(N) + j] = sb;
+  }
+}
+
+// v2 for rows too long for registers: grad_x with one block per row and two reads of the row (the
+// second from L2); the column sums by column_partials_kernel below.
+template <typename T, int kVec>
+__global__ __launch_bounds__(kBigThreads) void backward_v2_long_dx_kernel(
+    const T* __restrict__ dy, const T* __restrict__ x, const Acc<T>* __restrict__ mean,
+    const Acc<T>* __restrict__ rstd, const T* __restrict__ w, T* __restrict__ dx, int N) {
+  using acc_t = Acc<T>;
+  using P = Pack<T, kVec>;
+  __shared__ acc_t buf[32 * 2];
+  const int64_t row = blockIdx.x;
+  const int packs = N / kVec;
+  const acc_t mu = mean[row], rs = rstd[row];
+  const P *xr = reinterpret_cast<const P*>(x + row * N), *gr = reinterpret_cast<const P*>(dy + row * N);
+  const P* wp = reinterpret_cast<const P*>(w);
+  acc_t s[2] = {0, 0};
+  for (int c = threadIdx.x; c < packs; c += blockDim.x) {
+    const P xv = xr[c], gv = gr[c], wv = wp[c];
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      const acc_t g = to_acc(gv.v[k]) * to_acc(wv.v[k]);
+      s[0] += g;
+      s[1] += g * (to_acc(xv.v[k]) - mu) * rs;
+    }
+  }
+  group_sum(s, buf);
+  const acc_t mg = s[0] / N, mgx = s[1] / N;
+  P* dxr = reinterpret_cast<P*>(dx + row * N);
+  for (int c = threadIdx.x; c < packs; c += blockDim.x) {
+    const P xv = xr[c], gv = gr[c], wv = wp[c];
+    P out;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      const acc_t g = to_acc(gv.v[k]) * to_acc(wv.v[k]);
+      out.v[k] = from_acc<T>(rs * (g - mg - (to_acc(xv.v[k]) - mu) * rs * mgx));
+    }
+    dxr[c] = out;
+  }
+}
+
+// Column sums for slice blockIdx.y of the rows: thread j adds column j over its slice's rows, into
+// row blockIdx.y of the partial sums ([2][gridDim.y][N]: grad_weight's, then grad_bias's).
+template <typename T>
+__global__ void column_partials_kernel(const T* __restrict__ dy, const T* __restrict__ x,
+                                       const Acc<T>* __restrict__ mean, const Acc<T>* __restrict__ rstd,
+                                       Acc<T>* __restrict__ partials, int64_t M, int N,
+                                       int64_t rows_per_slice) {
+  using acc_t = Acc<T>;
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= N) return;
+  const int64_t r0 = blockIdx.y * rows_per_slice;
+  const int64_t r1 = r0 + rows_per_slice < M ? r0 + rows_per_slice : M;
+  acc_t sw = 0, sb = 0;
+  for (int64_t r = r0; r < r1; ++r) {
+    const acc_t g = to_acc(dy[r * N + j]);
+    sw += g * (to_acc(x[r * N + j]) - mean[r]) * rstd[r];
+    sb += g;
+  }
+  partials[blockIdx.y * int64_t(N) + j] = sw;
+  partials[(gridDim.y + blockIdx.y) * int64_t(N) + j] = sb;
+}
+
+// grad_weight[j] = sum over the G partial rows, in order (and grad_bias from the second half). Block
+// (32, 8): 32 columns, and 8 threads per column each take a contiguous eighth of the rows; the eight
+// sums are then added in order by threadIdx.y == 0.
+template <typename T>
+__global__ void sum_partials_kernel(const Acc<T>* __restrict__ partials, int G, int N, T* __restrict__ dw,
+                                    T* __restrict__ db) {
+  using acc_t = Acc<T>;
+  __shared__ acc_t part[2][8][33];
+  const int j = blockIdx.x * 32 + threadIdx.x;
+  acc_t sw = 0, sb = 0;
+  if (j < N) {
+    const int g0 = threadIdx.y * G / 8, g1 = (threadIdx.y + 1) * G / 8;
+    for (int g = g0; g < g1; ++g) {
+      sw += partials[g * int64_t(N) + j];
+      sb += partials[(G + g) * int64_t(N) + j];
+    }
+  }
+  part[0][threadIdx.y][threadIdx.x] = sw;
+  part[1][threadIdx.y][threadIdx.x] = sb;
+  __syncthreads();
+  if (threadIdx.y == 0 && j < N) {
+    for (int i = 1; i < 8; ++i) {
+      sw += part[0][i][threadIdx.x];
+      sb += part[1][i][threadIdx.x];
+    }
+    dw[j] = from_acc<T>(sw);
+    db[j] = from_acc<T>(sb);
+  }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Planning: which kernel, how many threads per row, how many rows per block and blocks in all.
+// ------------------------------------------------------------------------------------------------
+
+int max_dynamic_smem() {
+  int dev = 0, bytes = 0;
+  COURSE_CUDA_CHECK(cudaGetDevice(&dev));
+  COURSE_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  return bytes;
+}
+
+// Threads per row for `packs` packs at `per_thread` packs each: whole warps, at most 1024 (0 = too long).
+int row_threads(int packs, int per_thread) {
+  const int warps = ceil_div(ceil_div(packs, per_thread), 32);
+  return warps <= 32 ? warps * 32 : 0;
+}
+
+template <typename T>
+bool vectorizable(int N, std::initializer_list<const void*> ptrs) {
+  if (N % kPack16<T> != 0) return false;
+  for (const void* p : ptrs)
+    if (!aligned16(p)) return false;
+  return true;
+}
+
+template <typename T, int kVec, int kPacks>
+bool launch_forward_v3(const T* x, const T* w, const T* b, T* y, Acc<T>* mean, Acc<T>* rstd, int64_t M, int N,
+                       Acc<T> eps, cudaStream_t stream) {
+  const int threads = row_threads(N / kVec, kPacks);
+  if (threads == 0) return false;
+  const int rows = threads >= 128 ? 1 : 128 / threads;  // at least 4 warps per block
+  const dim3 block(threads, rows);
+  forward_v3_kernel<T, kVec, kPacks>
+      <<<ceil_div<int64_t>(M, rows), block, 0, stream>>>(x, w, b, y, mean, rstd, M, N, eps);
+  return true;
+}
+
+struct BackwardPlan {
+  int kind = 0;  // 1: rows in registers, 16-byte packs; 2: the same, one value per pack; 3: long rows
+  dim3 block;
+  int blocks = 0;  // grid size, = rows of partial sums
+  size_t smem = 0;
+};
+
+template <typename T, int kVec, int kPacks>
+BackwardPlan plan_backward_rows(int kind, int64_t M, int N) {
+  using acc_t = Acc<T>;
+  BackwardPlan plan;
+  const int threads = row_threads(N / kVec, kPacks);
+  if (threads == 0) return plan;
+  const size_t fixed = 2 * 32 * 2 * sizeof(acc_t), per_row = 2 * size_t(N) * sizeof(acc_t);
+  const int64_t fit = (int64_t(max_dynamic_smem()) - int64_t(fixed)) / int64_t(per_row);
+  int64_t rows = 1024 / threads;  // a block of up to 1024 threads: one row of partial sums per ~SM
+  rows = rows < fit ? rows : fit;
+  rows = rows < M ? rows : M;
+  if (rows < 1) return plan;
+  plan.block = dim3(threads, unsigned(rows));
+  plan.smem = fixed + rows * per_row;
+  auto kernel = backward_v2_kernel<T, kVec, kPacks>;
+  COURSE_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(plan.smem)));
+  int per_sm = 0;
+  COURSE_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads * int(rows), plan.smem));
+  if (per_sm == 0) return plan;
+  const int64_t want = ceil_div<int64_t>(M, rows), cap = int64_t(per_sm) * num_sms();
+  plan.blocks = int(want < cap ? want : cap);
+  plan.kind = kind;
+  return plan;
+}
+
+template <typename T>
+BackwardPlan plan_backward_v2(const T* dy, const T* x, const T* w, const T* dx, int64_t M, int N) {
+  constexpr int V = kPack16<T>;
+  constexpr int kScalarPacks = kBwdBytes / 8 / (sizeof(T) > 4 ? 2 : 1);  // 4 floats, 2 doubles
+  BackwardPlan plan = vectorizable<T>(N, {dy, x, w, dx}) ? plan_backward_rows<T, V, kBwdBytes / 16>(1, M, N)
+                                                         : plan_backward_rows<T, 1, kScalarPacks>(2, M, N);
+  if (plan.kind == 0) {  // long rows: column sums over slices of rows, ~8 blocks of 256 per SM in all
+    plan.kind = 3;
+    plan.block = dim3(256);
+    const int64_t slices = int64_t(num_sms()) * 8 / ceil_div(N, 256);
+    plan.blocks = int(slices < 1 ? 1 : (slices < M ? slices : M));
+  }
+  return plan;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------------
+// Launchers. The .cpp guarantees M > 0, N > 0, and that every pointer is on the current device.
+// ------------------------------------------------------------------------------------------------
+
+template <typename T>
+void layernorm_forward_v1(const T* x, const T* weight, const T* bias, T* y, Acc<T>* mean, Acc<T>* rstd,
+                          int64_t M, int N, Acc<T> eps, cudaStream_t stream) {
+  forward_v1_kernel<T>
+      <<<ceil_div<int64_t>(M, 128), 128, 0, stream>>>(x, weight, bias, y, mean, rstd, M, N, eps);
+  COURSE_LAUNCH_CHECK();
+}
+
+template <typename T>
+void layernorm_forward_v2(const T* x, const T* weight, const T* bias, T* y, Acc<T>* mean, Acc<T>* rstd,
+                          int64_t M, int N, Acc<T> eps, cudaStream_t stream) {
+  constexpr int kThreads = 256;  // 8 rows per block
+  forward_v2_kernel<T><<<ceil_div<int64_t>(M, kThreads / 32), kThreads, 0, stream>>>(x, weight, bias, y, mean,
+                                                                                     rstd, M, N, eps);
+  COURSE_LAUNCH_CHECK();
+}
+
+template <typename T>
+void layernorm_forward_v3(const T* x, const T* weight, const T* bias, T* y, Acc<T>* mean, Acc<T>* rstd,
+                          int64_t M, int N, Acc<T> eps, cudaStream_t stream) {
+  constexpr int V = kPack16<T>;
+  const bool vec = vectorizable<T>(N, {x, weight, bias, y});
+  const bool done =
+      vec ? launch_forward_v3<T, V, kFwdBytes / 16>(x, weight, bias, y, mean, rstd, M, N, eps, stream)
+          : launch_forward_v3<T, 1, 8>(x, weight, bias, y, mean, rstd, M, N, eps, stream);
+  if (!done) {
+    if (vec)
+      forward_v3_long_kernel<T, V><<<M, kBigThreads, 0, stream>>>(x, weight, bias, y, mean, rstd, N, eps);
+    else
+      forward_v3_long_kernel<T, 1><<<M, kBigThreads, 0, stream>>>(x, weight, bias, y, mean, rstd, N, eps);
+  }
+  COURSE_LAUNCH_CHECK();
+}
+
+template <typename T>
+void layernorm_backward_v1(const T* grad_y, const T* x, const Acc<T>* mean, const Acc<T>* rstd,
+                           const T* weight, T* grad_x, T* grad_weight, T* grad_bias, int64_t M, int N,
+                           cudaStream_t stream) {
+  backward_v1_dx_kernel<T>
+      <<<ceil_div<int64_t>(M, 8), 256, 0, stream>>>(grad_y, x, mean, rstd, weight, grad_x, M, N);
+  COURSE_LAUNCH_CHECK();
+  backward_v1_dwdb_kernel<T>
+      <<<ceil_div(N, 128), 128, 0, stream>>>(grad_y, x, mean, rstd, grad_weight, grad_bias, M, N);
+  COURSE_LAUNCH_CHECK();
+}
+
+template <typename T>
+int64_t layernorm_backward_v2_workspace(const T* grad_y, const T* x, const T* weight, const T* grad_x,
+                                        int64_t M, int N) {
+  return 2 * int64_t(plan_backward_v2<T>(grad_y, x, weight, grad_x, M, N).blocks) * N;
+}
+
+template <typename T>
+void layernorm_backward_v2(const T* grad_y, const T* x, const Acc<T>* mean, const Acc<T>* rstd,
+                           const T* weight, T* grad_x, T* grad_weight, T* grad_bias, Acc<T>* workspace,
+                           int64_t M, int N, cudaStream_t stream) {
+  constexpr int V = kPack16<T>;
+  constexpr int kScalarPacks = kBwdBytes / 8 / (sizeof(T) > 4 ? 2 : 1);  // 4 floats, 2 doubles
+  const BackwardPlan plan = plan_backward_v2<T>(grad_y, x, weight, grad_x, M, N);
+  const auto args = [&](auto kernel) {
+    kernel<<<plan.blocks, plan.block, plan.smem, stream>>>(grad_y, x, mean, rstd, weight, grad_x, workspace,
+                                                           M, N);
+  };
+  if (plan.kind == 1) args(backward_v2_kernel<T, V, kBwdBytes / 16>);
+  if (plan.kind == 2) args(backward_v2_kernel<T, 1, kScalarPacks>);
+  if (plan.kind == 3) {
+    if (vectorizable<T>(N, {grad_y, x, weight, grad_x}))
+      backward_v2_long_dx_kernel<T, V>
+          <<<M, kBigThreads, 0, stream>>>(grad_y, x, mean, rstd, weight, grad_x, N);
+    else
+      backward_v2_long_dx_kernel<T, 1>
+          <<<M, kBigThreads, 0, stream>>>(grad_y, x, mean, rstd, weight, grad_x, N);
+    COURSE_LAUNCH_CHECK();
+    const dim3 grid(ceil_div(N, 256), plan.blocks);
+    column_partials_kernel<T>
+        <<<grid, 256, 0, stream>>>(grad_y, x, mean, rstd, workspace, M, N, ceil_div<int64_t>(M, plan.blocks));
+  }
+  COURSE_LAUNCH_CHECK();
+  sum_partials_kernel<T>
+      <<<ceil_div(N, 32), dim3(32, 8), 0, stream>>>(workspace, plan.blocks, N, grad_weight, grad_bias);
+  COURSE_LAUNCH_CHECK();
+}
+
+#define INSTANTIATE(T)                                                                                       \
+  template void layernorm_forward_v1<T>(const T*, const T*, const T*, T*, Acc<T>*, Acc<T>*, int64_t, int,    \
+                                        Acc<T>, cudaStream_t);                                               \
+  template void layernorm_forward_v2<T>(const T*, const T*, const T*, T*, Acc<T>*, Acc<T>*, int64_t, int,    \
+                                        Acc<T>, cudaStream_t);                                               \
+  template void layernorm_forward_v3<T>(const T*, const T*, const T*, T*, Acc<T>*, Acc<T>*, int64_t, int,    \
+                                        Acc<T>, cudaStream_t);                                               \
+  template void layernorm_backward_v1<T>(const T*, const T*, const Acc<T>*, const Acc<T>*, const T*, T*, T*, \
+                                         T*, int64_t, int, cudaStream_t);                                    \
+  template int64_t layernorm_backward_v2_workspace<T>(const T*, const T*, const T*, const T*, int64_t, int); \
+  template void layernorm_backward_v2<T>(const T*, const T*, const Acc<T>*, const Acc<T>*, const T*, T*, T*, \
+                                         T*, Acc<T>*, int64_t, int, cudaStream_t);
+INSTANTIATE(float)
+INSTANTIATE(double)
+INSTANTIATE(__half)
+INSTANTIATE(__nv_bfloat16)

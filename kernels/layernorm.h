@@ -1,0 +1,35 @@
+// kernels/layernorm.h: the launchers of kernels/layernorm.cu, as the .cpp sees them.
+// Raw pointers and a stream in, nothing from torch. T is float, double, __half or __nv_bfloat16; the
+// math and the saved statistics are Acc<T> (float, or double for double). x, y, grad_y and grad_x are
+// [M, N] row-major; weight, bias and their gradients are [N]; mean and rstd are [M].
+#pragma once
+
+#include "common.h"
+
+// Forward: y = (x - mean) * rstd * weight + bias, row by row; writes mean and rstd for backward.
+template <typename T>
+void layernorm_forward_v1(const T* x, const T* weight, const T* bias, T* y, Acc<T>* mean, Acc<T>* rstd,
+                          int64_t M, int N, Acc<T> eps, cudaStream_t stream);
+// v2 runs the exercise's warp_sum (kernels/exercises/layernorm_warp_reduce.cuh).
+template <typename T>
+void layernorm_forward_v2(const T* x, const T* weight, const T* bias, T* y, Acc<T>* mean, Acc<T>* rstd,
+                          int64_t M, int N, Acc<T> eps, cudaStream_t stream);
+template <typename T>
+void layernorm_forward_v3(const T* x, const T* weight, const T* bias, T* y, Acc<T>* mean, Acc<T>* rstd,
+                          int64_t M, int N, Acc<T> eps, cudaStream_t stream);
+
+// Backward: grad_x, grad_weight and grad_bias from grad_y, x, the saved mean and rstd, and weight.
+template <typename T>
+void layernorm_backward_v1(const T* grad_y, const T* x, const Acc<T>* mean, const Acc<T>* rstd,
+                           const T* weight, T* grad_x, T* grad_weight, T* grad_bias, int64_t M, int N,
+                           cudaStream_t stream);
+
+// v2 needs a scratch buffer of layernorm_backward_v2_workspace(...) values of Acc<T> (per-block partial
+// column sums); call it with the same pointers and sizes as the launch.
+template <typename T>
+int64_t layernorm_backward_v2_workspace(const T* grad_y, const T* x, const T* weight, const T* grad_x,
+                                        int64_t M, int N);
+template <typename T>
+void layernorm_backward_v2(const T* grad_y, const T* x, const Acc<T>* mean, const Acc<T>* rstd,
+                           const T* weight, T* grad_x, T* grad_weight, T* grad_bias, Acc<T>* workspace,
+                           int64_t M, int N, cudaStream_t stream);
