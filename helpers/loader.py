@@ -475,8 +475,10 @@ def show(file: str | Path, name: str, *, with_comment: bool = True) -> None:
     if start is None:
         raise ValueError(f"{name!r} not found in {_rel(str(path))}")
     first = start
-    while with_comment and first > 0 and lines[first - 1].lstrip().startswith(("//", "template")):
-        first -= 1
+    while (
+        with_comment and first > 0 and lines[first - 1].strip() and not lines[first - 1].rstrip().endswith(("}", ";"))
+    ):
+        first -= 1  # the comment, template line and attributes above it, up to a blank line
     depth, end, opened = 0, start, False
     for end in range(start, len(lines)):
         depth += lines[end].count("{") - lines[end].count("}")
