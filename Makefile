@@ -25,7 +25,7 @@ $(VENV)/.ready: requirements.txt
 
 lab: $(SETUP)
 	$(PY) -m ipykernel install --sys-prefix --name cuda-course --display-name "CUDA course ($(notdir $(PY)))"
-	$(PY) -m jupyter lab --notebook-dir=notebooks
+	$(PY) -m jupyter lab --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
 
 test: $(SETUP)
 	$(PY) -m pytest
