@@ -3,7 +3,7 @@ import os
 import pytest
 import torch
 
-from helpers import env
+from helpers import env, loader
 
 CUDA = env._cuda_mode_available()
 needs_gpu = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (runs in `make test-gpu`)")
@@ -26,3 +26,10 @@ def solutions(monkeypatch):
 
 def pytest_report_header(config):
     return env.report(env.detect()) + f"\nCI={os.environ.get('CI', '')}"
+
+
+def load_solutions(name: str):
+    """kernels/NAME built against kernels/solutions/: what the tests of a finished op run."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COURSE_SOLUTIONS", "1")
+        return loader.load(name)

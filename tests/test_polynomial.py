@@ -1,13 +1,11 @@
 """kernels/polynomial.*: CPU and (on a GPU) CUDA paths against plain PyTorch, gradients, bad input."""
 
-import os
-
 import pytest
 import torch
 
-from helpers import check, loader
+from helpers import check
 from helpers.ops import polynomial as poly
-from tests.conftest import needs_gpu
+from tests.conftest import load_solutions, needs_gpu
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 SHAPES = [(1,), (3,), (1151,), (4097,), (7, 129), (2, 3, 5), (65536 + 3,)]
@@ -16,12 +14,7 @@ COEFFS = [1.5, 0.5, -2.0, 0.25]
 
 @pytest.fixture(scope="module")
 def ext():
-    old = os.environ.get("COURSE_SOLUTIONS")
-    os.environ["COURSE_SOLUTIONS"] = "1"
-    try:
-        return loader.load("polynomial")
-    finally:
-        os.environ.pop("COURSE_SOLUTIONS") if old is None else os.environ.__setitem__("COURSE_SOLUTIONS", old)
+    return load_solutions("polynomial")
 
 
 def expected(x, coeffs):
