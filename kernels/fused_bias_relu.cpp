@@ -1,12 +1,13 @@
 // kernels/fused_bias_relu.cpp: the PyTorch side of y = relu(x * scale + bias) (lesson 02).
 //
-//   forward(x, bias, scale, version=2) -> y
+//   forward(x, bias, scale, version=3) -> y            versions 1, 2, 3 (fused_bias_relu.cu's header)
 //   forward_mask(x, bias, scale) -> [y, mask]          mask (bool): where relu let z through
 //   forward_(x, bias, scale) -> x                      in place: x now holds y
 //   backward(grad_y, x, bias, scale, need_bias_grad=True) -> [grad_x, grad_bias or None]
 //   backward_from_mask(grad_y, mask, scale, need_bias_grad=True) -> [grad_x, grad_bias or None]
 //       mask: forward_mask's bool mask, or the output y itself (relu'(z) = 1 exactly where y > 0)
 //   fused_bias_relu(x, bias, scale) -> y               differentiable: a C++ torch::autograd::Function
+//                                                      that saves y (helpers' fused_bias_relu default)
 //   square(x) -> x * x                                 differentiable: the exercise (square.cuh)
 //
 // x is [..., C] of float32/float64/float16/bfloat16, bias is [C] of the same dtype on the same device,
@@ -35,7 +36,8 @@ enum class Saved { kInput, kOutput, kMask };  // as in fused_bias_relu.h, which 
 
 namespace {
 
-constexpr int64_t kGrain = 32768;  // elements per CPU task
+constexpr int64_t kDefaultVersion = 3;  // the forward kernel used by default (v2 where v3 cannot run)
+constexpr int64_t kGrain = 32768;       // elements per CPU task
 constexpr int64_t kMaxChunks = 256;
 
 // relu lets z through where z > 0 (and where z is NaN, like torch.relu).
@@ -166,8 +168,11 @@ void forward_into(const at::Tensor& x, const at::Tensor& bias, double scale, at:
     if (version == 1)
       fbr_forward_v1(cuda_ptr<scalar_t>(x), cuda_ptr<scalar_t>(bias), acc_t(scale), cuda_ptr<scalar_t>(y),
                      rows, cols, on.stream);
-    else
+    else if (version == 2)
       fbr_forward_v2(cuda_ptr<scalar_t>(x), cuda_ptr<scalar_t>(bias), acc_t(scale), cuda_ptr<scalar_t>(y), m,
+                     rows, cols, on.stream);
+    else
+      fbr_forward_v3(cuda_ptr<scalar_t>(x), cuda_ptr<scalar_t>(bias), acc_t(scale), cuda_ptr<scalar_t>(y), m,
                      rows, cols, on.stream);
 #endif
   });
@@ -230,7 +235,7 @@ std::vector<at::Tensor> backward_from(const at::Tensor& grad_y_in, const at::Ten
 // ------------------------------------------------------------------------------------------------
 
 at::Tensor forward(const at::Tensor& x_in, const at::Tensor& bias_in, double scale, int64_t version) {
-  TORCH_CHECK_VALUE(version == 1 || version == 2, "version must be 1 or 2, got ", std::to_string(version));
+  TORCH_CHECK_VALUE(version >= 1 && version <= 3, "version must be 1, 2 or 3, got ", std::to_string(version));
   check_bias(x_in, bias_in);
   const at::Tensor x = x_in.contiguous(), bias = bias_in.contiguous();
   at::Tensor y = at::empty_like(x);
@@ -243,7 +248,7 @@ std::vector<at::Tensor> forward_mask(const at::Tensor& x_in, const at::Tensor& b
   const at::Tensor x = x_in.contiguous(), bias = bias_in.contiguous();
   at::Tensor y = at::empty_like(x);
   at::Tensor mask = at::empty_like(x, x.options().dtype(at::kBool));
-  forward_into(x, bias, scale, y, &mask, 2);
+  forward_into(x, bias, scale, y, &mask, kDefaultVersion);
   return {y, mask};
 }
 
@@ -258,10 +263,10 @@ at::Tensor forward_(at::Tensor& x, const at::Tensor& bias_in, double scale) {
       "autograd Function that marks x dirty (fused_bias_relu_ in helpers/ops/fused_bias_relu.py)");
   const at::Tensor bias = bias_in.contiguous();
   if (x.is_contiguous()) {
-    forward_into(x, bias, scale, x, nullptr, 2);
+    forward_into(x, bias, scale, x, nullptr, kDefaultVersion);
   } else {
     at::Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
-    forward_into(x.contiguous(), bias, scale, y, nullptr, 2);
+    forward_into(x.contiguous(), bias, scale, y, nullptr, kDefaultVersion);
     x.copy_(y);
   }
   torch::autograd::impl::bump_version(x);
@@ -292,23 +297,25 @@ std::vector<at::Tensor> backward_from_mask(const at::Tensor& grad_y, const at::T
                        need_bias_grad);
 }
 
-// The same op as a C++ autograd Function: the graph node is C++, so backward runs without Python.
-// Like the Python wrapper lesson 02 builds first, it saves x and bias.
+// The same op as a C++ autograd Function: the graph node is C++, so backward runs without Python (the
+// least CPU time per call, which on a mid-size tensor is a visible share of the time). It saves its
+// output y, like native relu and the helpers' save="output": relu'(z) = 1 exactly where y > 0, and y
+// is kept anyway by whatever uses it, so no extra memory.
 class FusedBiasReluFunction : public torch::autograd::Function<FusedBiasReluFunction> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
                             const at::Tensor& bias, double scale) {
-    ctx->save_for_backward({x, bias});
+    at::Tensor y = ::forward(x, bias, scale, kDefaultVersion);
+    ctx->save_for_backward({y});
     ctx->saved_data["scale"] = scale;
-    return ::forward(x, bias, scale, 2);
+    return y;
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
-    const auto saved = ctx->get_saved_variables();
+    const at::Tensor y = ctx->get_saved_variables()[0];
     const bool need_x = ctx->needs_input_grad(0), need_bias = ctx->needs_input_grad(1);
-    auto grads =
-        ::backward(grad_outputs[0], saved[0], saved[1], ctx->saved_data["scale"].toDouble(), need_bias);
+    auto grads = backward_from_mask(grad_outputs[0], y, ctx->saved_data["scale"].toDouble(), need_bias);
     return {need_x ? grads[0] : at::Tensor(), grads[1], at::Tensor()};  // one per input; none for scale
   }
 };
@@ -382,7 +389,7 @@ at::Tensor square(const at::Tensor& x) { return SquareFunction::apply(x); }
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "y = relu(x * scale + bias) for x [..., C] and bias [C] (lesson 02), and the exercise square(x)";
   m.def("forward", &forward, "y = relu(x * scale + bias)", py::arg("x"), py::arg("bias"),
-        py::arg("scale") = 1.0, py::arg("version") = 2);
+        py::arg("scale") = 1.0, py::arg("version") = kDefaultVersion);
   m.def("forward_mask", &forward_mask, "[y, mask]: mask (bool) is where relu let x * scale + bias through",
         py::arg("x"), py::arg("bias"), py::arg("scale") = 1.0);
   m.def("forward_", &forward_, "in place: x = relu(x * scale + bias); returns x", py::arg("x"),

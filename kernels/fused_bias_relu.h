@@ -20,6 +20,10 @@ void fbr_forward_v1(const T* x, const T* bias, Acc<T> scale, T* y, int64_t rows,
 template <typename T>
 void fbr_forward_v2(const T* x, const T* bias, Acc<T> scale, T* y, bool* mask, int64_t rows, int64_t cols,
                     cudaStream_t stream);
+// v3: one Pack per thread over the flat tensor (the default); v2 when cols or a pointer does not allow Packs.
+template <typename T>
+void fbr_forward_v3(const T* x, const T* bias, Acc<T> scale, T* y, bool* mask, int64_t rows, int64_t cols,
+                    cudaStream_t stream);
 
 // `saved` is x (kInput, and then bias is used), y (kOutput) or the mask (kMask, bool).
 // grad_bias is written when it is not null, through `partials`: a scratch buffer of

@@ -56,10 +56,14 @@ def test_forward_matches_reference(ext, device, dtype, shape):
     with check.poisoned():
         y1 = ext.forward(x, b, SCALE, 1)
         y2 = ext.forward(x, b, SCALE, 2)
+        y3 = ext.forward(x, b, SCALE, 3)
+        yd = ext.forward(x, b, SCALE)
         ym, mask = ext.forward_mask(x, b, SCALE)
     want = fbr.expected(x, b, SCALE)
     check.assert_close(y1, want, name="y (v1)")
     check.assert_close(y2, want, name="y (v2)")
+    check.assert_close(y3, want, name="y (v3)")
+    assert torch.equal(yd, y3)  # v3 is the default
     check.assert_close(ym, want, name="y (forward_mask)")
     assert mask.dtype == torch.bool and torch.equal(mask, (x.double() * SCALE + b.double()) > 0)
 
@@ -96,6 +100,31 @@ def test_gradcheck(device, save):
     assert check.gradcheck(lambda x, b: fbr.fused_bias_relu(x, b, SCALE, save=save), x, b)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1,), (5, 1), (3,), (4, 3), (1151,), (3, 1151), (4096,), (2, 4096), (6, 20)])
+def test_forward_v3_awkward_shapes_and_in_place(ext, device, dtype, shape):
+    """v3 over C = 1, 3, 1151 (C % Pack != 0: the v2 fallback), 4096 and 20 (Packs for float32 only)."""
+    x, b, _ = inputs(shape, dtype, device)
+    want = fbr.expected(x, b, SCALE)
+    with check.poisoned():
+        y = ext.forward(x, b, SCALE, 3)
+    check.assert_close(y, want, name="y (v3)")
+    assert torch.equal(y, ext.forward(x, b, SCALE, 2))  # the same math, the same bits
+    t = x.clone()
+    assert ext.forward_(t, b, SCALE) is t
+    assert torch.equal(t, y)
+
+
+def test_default_function_is_the_cpp_one_and_saves_y(ext, device):
+    x = torch.randn(6, 40, device=device, requires_grad=True)
+    b = torch.randn(40, device=device, requires_grad=True)
+    y = fbr.fused_bias_relu(x, b, SCALE)
+    assert y.grad_fn.name().endswith("CppNode<FusedBiasReluFunction>")
+    assert fbr.fused_bias_relu_python(x, b, SCALE).grad_fn.name() == "FusedBiasReluBackward"
+    saved = fbr.saved_tensors(lambda x, b: ext.fused_bias_relu(x, b, SCALE), x, b)
+    assert [r[3] for r in saved] == ["the output"]
+
+
 def test_gradcheck_cpp_function_and_in_place(ext, device):
     x = torch.randn(5, 3, 11, device=device, dtype=torch.float64, requires_grad=True)
     b = torch.randn(11, device=device, dtype=torch.float64, requires_grad=True)
@@ -103,7 +132,11 @@ def test_gradcheck_cpp_function_and_in_place(ext, device):
     assert check.gradcheck(lambda x, b: fbr.fused_bias_relu_(x * 1.0, b, SCALE), x, b)
 
 
-@pytest.mark.parametrize("make", [lambda: fbr.fused_bias_relu, lambda: None], ids=["python", "cpp"])
+@pytest.mark.parametrize(
+    "make",
+    [lambda: fbr.fused_bias_relu, lambda: fbr.fused_bias_relu_python, lambda: None],
+    ids=["default", "python", "cpp"],
+)
 def test_autograd_only_where_needed(ext, device, make):
     op = make() or (lambda x, b, s: ext.fused_bias_relu(x, b, s))
     x, b, g = inputs((8, 24), torch.float32, device)
@@ -239,8 +272,8 @@ def test_bad_backward_input_names_the_argument(ext, device):
         ext.backward_from_mask(x, torch.ones(3, device=device, dtype=torch.bool))
     with pytest.raises(RuntimeError, match="mask must be on the same device as grad_y"):
         ext.backward_from_mask(x, torch.ones(2, 3, device="meta", dtype=torch.bool))
-    with pytest.raises(ValueError, match="version must be 1 or 2"):
-        ext.forward(x, b, 1.0, 3)
+    with pytest.raises(ValueError, match="version must be 1, 2 or 3"):
+        ext.forward(x, b, 1.0, 4)
     with pytest.raises(ValueError, match="save must be one of"):
         fbr.fused_bias_relu(x, b, save="nothing")
 
@@ -345,6 +378,42 @@ def test_misaligned_pointers_take_the_scalar_path(ext, dtype, which):
     for gx, gb in (ext.backward(g2, x2, b2, SCALE), ext.backward_from_mask(g2, mask2, SCALE)):
         check.assert_close(gx, want_x)
         check.assert_close(gb, want_b, **bias_tol(x))
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("cols", [1, 3, 64, 1151, 4096])
+@pytest.mark.parametrize("which", ["x", "bias", "none"])
+def test_forward_v3_misaligned_views_fall_back(ext, dtype, cols, which):
+    """x[1:] of a flat buffer (one element past 16 bytes), or a shifted bias: v3 must fall back to v2."""
+    x, b, _ = inputs((9, cols), dtype, "cuda")
+    base = torch.empty(x.numel() + 1, device="cuda", dtype=dtype)
+    xs = base[1:].view(x.shape) if which == "x" else x
+    xs.copy_(x)
+    bbase = torch.empty(cols + 1, device="cuda", dtype=dtype)
+    bs = bbase[1:] if which == "bias" else b
+    bs.copy_(b)
+    want = fbr.expected(x, b, SCALE)
+    with check.poisoned():
+        y = ext.forward(xs, bs, SCALE, 3)
+        ym, mask = ext.forward_mask(xs, bs, SCALE)
+    check.assert_close(y, want, name="y (v3)")
+    check.assert_close(ym, want, name="y (forward_mask)")
+    assert torch.equal(mask, (x.double() * SCALE + b.double()) > 0)
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(4096, 4096), (3, 8192), (1000, 1024)])
+def test_forward_v3_matches_v2_and_backward_on_large_inputs(ext, dtype, shape):
+    x, b, g = inputs(shape, dtype, "cuda")
+    y = ext.forward(x, b, SCALE, 3)
+    assert torch.equal(y, ext.forward(x, b, SCALE, 2))
+    check.assert_close(y, fbr.expected(x, b, SCALE))
+    want_x, want_b = autograd_reference(x, b, g)
+    for gx, gb in (ext.backward(g, x, b, SCALE), ext.backward_from_mask(g, y, SCALE)):
+        check.assert_close(gx, want_x)
+        check.assert_close(gb, want_b, **({} if dtype != torch.float32 else bias_tol(x)))
 
 
 @needs_gpu

@@ -1,7 +1,9 @@
 """Lesson 02's op, y = relu(x * scale + bias) for x of shape [..., C] and bias [C].
 
     y = fused_bias_relu(x, bias, 2.0)             # differentiable in x and bias; saves y for backward
+                                                  # (the extension's C++ autograd Function: least overhead)
     y = fused_bias_relu(x, bias, 2.0, save="mask")  # ... or a 1-byte mask, or "input" (x and bias)
+    y = fused_bias_relu_python(x, bias, 2.0)      # saves y, through the Python FusedBiasRelu Function
     fused_bias_relu_(x, bias, 2.0)                # in place: x becomes y (ctx.mark_dirty)
     layer = LinearReLU(256, 256)                  # relu(x @ W.T + b) with the bias add and relu fused
 
@@ -89,7 +91,18 @@ class FusedBiasReluInplace(torch.autograd.Function):
 
 
 def fused_bias_relu(x, bias, scale: float = 1.0, *, save: str = "output", ext=None) -> torch.Tensor:
-    """y = relu(x * scale + bias), differentiable in x and bias. save: what backward keeps (SAVES)."""
+    """y = relu(x * scale + bias), differentiable in x and bias. save: what backward keeps (SAVES).
+
+    save="output" (the default) uses the extension's C++ autograd Function, which saves y: backward runs
+    without Python, the least CPU time per call. "input" and "mask" go through the Python FusedBiasRelu."""
+    ext = ext or extension("fused_bias_relu")
+    if save == "output":
+        return ext.fused_bias_relu(x, bias, float(scale))
+    return FusedBiasRelu.apply(x, bias, float(scale), save, ext)
+
+
+def fused_bias_relu_python(x, bias, scale: float = 1.0, *, save: str = "output", ext=None) -> torch.Tensor:
+    """The same op always through the Python FusedBiasRelu Function (for comparing per-call overhead)."""
     return FusedBiasRelu.apply(x, bias, float(scale), save, ext or extension("fused_bias_relu"))
 
 
@@ -289,7 +302,8 @@ def _fwd_bwd(f, x, bias, g):
 
 def timings(shapes, dtypes, device: str, *, compiled: bool = True, progress: bool = False) -> list[dict]:
     """bench.compare rows for forward ("fbr fwd") and forward+backward ("fbr fwd+bwd") of ours, native
-    PyTorch and torch.compile, per shape (rows, C) and dtype. Bytes counted: forward reads x and writes y
+    PyTorch and torch.compile, per shape (rows, C) and dtype. "ours" is forward v3 and the C++ autograd
+    Function (saves y); "ours v2" / "ours (Python Function)" the alternatives. Bytes counted: forward reads x and writes y
     (2 M*C elements); backward reads grad_y and y, writes grad_x (3 M*C); the bias reads/writes are added."""
     ext = extension("fused_bias_relu")
     scale = 2.0
@@ -305,6 +319,7 @@ def timings(shapes, dtypes, device: str, *, compiled: bool = True, progress: boo
             labels = dict(shape="x".join(map(str, shape)), dtype=str(dtype).replace("torch.", ""), numel=n)
             fwd = {
                 "ours": lambda: ext.forward(x, b, scale),
+                "ours v2": lambda: ext.forward(x, b, scale, 2),
                 "ours v1": lambda: ext.forward(x, b, scale, 1),
                 "native": lambda: reference(x, b, scale),
             }
@@ -314,8 +329,10 @@ def timings(shapes, dtypes, device: str, *, compiled: bool = True, progress: boo
             xg, bg = x.clone().requires_grad_(), b.clone().requires_grad_()
             g = torch.randn(shape, device=device, dtype=dtype, generator=gen)
             both = {
-                "ours": _fwd_bwd(lambda x, b: fused_bias_relu(x, b, scale), xg, bg, g),
-                "ours C++ Function": _fwd_bwd(lambda x, b: ext.fused_bias_relu(x, b, scale), xg, bg, g),
+                "ours": _fwd_bwd(lambda x, b: fused_bias_relu(x, b, scale, ext=ext), xg, bg, g),
+                "ours (Python Function)": _fwd_bwd(
+                    lambda x, b: fused_bias_relu_python(x, b, scale, ext=ext), xg, bg, g
+                ),
                 "native": _fwd_bwd(lambda x, b: reference(x, b, scale), xg, bg, g),
             }
             if comp:

@@ -1,0 +1,74 @@
+"""Lesson 03 LayerNorm, the tuning candidates side by side (run from the repo root: python3 diag/ln_micro.py).
+
+For 4096x4096, 32768x1024 and 8192x8192 in bfloat16 and float32: our forward v3 and backward v2 under each
+`config` (0 = the default; for 2-byte types 1 = the old float width, forward 2 = 16 bytes per thread),
+native PyTorch, torch.compile, and the % of a same-size device copy (CUDA events, L2 flushed, medians).
+Forward counts 2*M*N elements, backward 3*M*N. float32 ignores config, so it runs config 0 only."""
+
+import os
+import sys
+import time
+
+sys.path.insert(0, ".")
+os.environ["COURSE_SOLUTIONS"] = "1"
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from helpers import bench, loader  # noqa: E402
+
+EPS = 1e-5
+SHAPES = [(4096, 4096), (32768, 1024), (8192, 8192)]
+
+
+def native_backward(g, x, mean, rstd, w, b):
+    n = x.shape[-1]
+    return torch.ops.aten.native_layer_norm_backward(g, x, [n], mean, rstd, w, b, [True, True, True])
+
+
+def main():
+    start = time.time()
+    ext = loader.load("layernorm")
+    rows = []
+    for dtype in (torch.bfloat16, torch.float32):
+        for m, n in SHAPES:
+            torch._dynamo.reset()
+            cfwd = torch.compile(lambda x, w, b: F.layer_norm(x, (n,), w, b, EPS), dynamic=False)
+            cbwd = torch.compile(native_backward, dynamic=False)
+            x = torch.randn(m, n, device="cuda", dtype=dtype)
+            w = torch.randn(n, device="cuda", dtype=dtype)
+            b = torch.randn(n, device="cuda", dtype=dtype)
+            g = torch.randn_like(x)
+            es = x.element_size()
+            labels = dict(op="ln fwd", shape=f"{m}x{n}", dtype=str(dtype).replace("torch.", ""))
+            fcfg = (0, 1, 2) if es == 2 else (0,)
+            fwd = {f"ours cfg{c}": (lambda c=c: ext.forward(x, w, b, EPS, 3, c)) for c in fcfg}
+            fwd["native"] = lambda: F.layer_norm(x, (n,), w, b, EPS)
+            fwd["torch.compile"] = lambda: cfwd(x, w, b)
+            rows += bench.compare(fwd, nbytes=2 * m * n * es, **labels)
+            _, mean, rstd = ext.forward(x, w, b, EPS, 3)
+            _, nmean, nrstd = torch.native_layer_norm(x, [n], w, b, EPS)
+            want = ext.backward(g, x, mean, rstd, w, 2, 0)
+            bcfg = (0, 1) if es == 2 else (0,)
+            for c in bcfg[1:]:  # every config gives the same gradients up to rounding
+                got = ext.backward(g, x, mean, rstd, w, 2, c)
+                for a, e in zip(got, want):
+                    torch.testing.assert_close(a.float(), e.float(), rtol=2e-2, atol=2e-2)
+            bwd = {f"ours cfg{c}": (lambda c=c: ext.backward(g, x, mean, rstd, w, 2, c)) for c in bcfg}
+            bwd["native"] = lambda: native_backward(g, x, nmean, nrstd, w, b)
+            bwd["torch.compile"] = lambda: cbwd(g, x, nmean, nrstd, w, b)
+            rows += bench.compare(bwd, nbytes=3 * m * n * es, **dict(labels, op="ln bwd"))
+            print(f"  {m}x{n} {labels['dtype']} done ({time.time() - start:.0f} s)", flush=True)
+    ref = {(r["op"], r["shape"], r["dtype"], r["impl"]): r["ms"] for r in rows}
+    print(f"{'op':<8}{'shape':<12}{'dtype':<10}{'impl':<15}{'us':>9}{'% copy':>8}{'x native':>10}{'x compile':>11}")
+    for r in rows:
+        k = (r["op"], r["shape"], r["dtype"])
+        print(
+            f"{r['op']:<8}{r['shape']:<12}{r['dtype']:<10}{r['impl']:<15}{r['ms'] * 1000:>9.1f}{r['pct_copy']:>7.1f}%"
+            f"{ref[(*k, 'native')] / r['ms']:>9.2f}x{ref[(*k, 'torch.compile')] / r['ms']:>10.2f}x"
+        )
+    print(f"total {time.time() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
