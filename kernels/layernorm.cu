@@ -13,22 +13,24 @@
 //                transaction) and the 32 partial sums meet through warp shuffles, no shared memory. Still
 //                two-byte loads for bf16, and the row is read three times (L1/L2 catch the rereads).
 //   forward v3   16-byte loads (Pack: 4 floats, 8 bf16) and the row held in registers: x is read from
-//                memory exactly once. A row group of 1 to 32 warps owns a row, 64 bytes per thread, so
-//                rows up to 16384 floats (32768 bf16) stay on chip; mean first, then the squared
-//                deviations (two-pass) from the registers. Longer rows take a block-per-row path with
-//                Welford's one-pass statistics and a second read of the row from L2. Unaligned pointers
-//                or N not a multiple of the pack width use the same kernels with one value per pack.
+//                memory exactly once. A row group of 1 to 32 warps owns a row, 64 bytes per thread (32
+//                for bf16/half while the row fits: 16 values per thread either way), so rows up to 16384
+//                floats (32768 bf16) stay on chip; mean first, then the squared deviations (two-pass)
+//                from the registers. Longer rows take a block-per-row path with Welford's one-pass
+//                statistics and a second read of the row from L2. Unaligned pointers or N not a multiple
+//                of the pack width use the same kernels with one value per pack.
 //   backward v1  one warp per row for grad_x (two passes), and a separate kernel with one thread per
 //                column summing grad_weight and grad_bias over all rows: reads x and grad_y twice.
 //   backward v2  one pass: a persistent grid (about one block of up to 1024 threads per SM) strides over
 //                the rows; each row group holds its row of x and grad_y in registers (16-byte Packs, 32
-//                bytes of each per thread, the next row already in flight while this one is computed),
-//                writes grad_x, and adds dy * xhat and dy to its own column sums in shared memory. Each
-//                block writes one row of partial sums into a [blocks, N] buffer, and a small second
-//                kernel adds those rows in a fixed order: no atomics, the same bits on every run. Memory
-//                traffic is x, grad_y, grad_x, plus blocks * N * 8 bytes of partial sums. Rows longer than
-//                the registers hold (8192 floats, 16384 bf16) read the row twice and sum the columns in
-//                a separate kernel.
+//                bytes of each per thread, 16 for bf16/half while the row fits, the next row already in
+//                flight while this one is computed), writes grad_x, and adds dy * xhat and dy to its own
+//                column sums in shared memory. Each block writes one row of partial sums into a [blocks,
+//                N] buffer, and a wide second kernel (16-byte loads, 1024 threads per 128 columns) adds
+//                those rows in a fixed order: no atomics, the same bits on every run. Memory traffic is
+//                x, grad_y, grad_x, plus blocks * N * 8 bytes of partial sums. Rows longer than the
+//                registers hold (8192 floats, 16384 bf16) read the row twice and sum the columns in a
+//                separate kernel.
 //
 // Everything is computed in Acc<T> (float, double for double inputs) and stored as T.
 #include <initializer_list>
@@ -39,8 +41,13 @@
 
 namespace {
 
-constexpr int kFwdBytes = 64;  // forward v3: bytes of the row each thread holds in registers
-constexpr int kBwdBytes = 32;  // backward v2: bytes of x (and of grad_y) each thread holds per row
+// Bytes of the row each thread holds in registers. 2-byte types take half: the same number of values
+// per thread as float (16 forward, 8 of x and 8 of grad_y backward), so the same registers, arithmetic
+// and conversions per thread and twice the threads per row, rather than twice the work per thread for
+// the same bytes (which left bf16 ~10-20% behind fp32). Rows too long for that fall back to the full
+// width. `config` (diag/ln_micro.py) picks other widths for 2-byte types to compare.
+constexpr int kFwdBytes = 64;  // forward v3
+constexpr int kBwdBytes = 32;  // backward v2: of x, and of grad_y, per row
 constexpr int kBigThreads = 512;
 
 __device__ __forceinline__ float rsqrt_acc(float v) { return rsqrtf(v); }
@@ -78,6 +85,26 @@ struct Raw {
     }
   }
 };
+
+// kVec Acc<T> values rounded to T and packed for one store; bf16 and half round two at a time
+// (one cvt.rn.bf16x2.f32 instead of two conversions and a permute).
+template <typename T, int kVec>
+__device__ __forceinline__ Pack<T, kVec> to_pack(const Acc<T> (&v)[kVec]) {
+  Pack<T, kVec> out;
+  if constexpr (kVec % 2 == 0 && std::is_same_v<T, __nv_bfloat16>) {
+#pragma unroll
+    for (int k = 0; k < kVec; k += 2)
+      reinterpret_cast<__nv_bfloat162*>(out.v)[k / 2] = __floats2bfloat162_rn(v[k], v[k + 1]);
+  } else if constexpr (kVec % 2 == 0 && std::is_same_v<T, __half>) {
+#pragma unroll
+    for (int k = 0; k < kVec; k += 2)
+      reinterpret_cast<__half2*>(out.v)[k / 2] = __floats2half2_rn(v[k], v[k + 1]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) out.v[k] = from_acc<T>(v[k]);
+  }
+  return out;
+}
 
 // Every lane gets the sum over the warp (the same butterfly as the exercise; versions other than v2 use
 // this copy, so an unfinished exercise breaks only forward v2).
@@ -208,10 +235,10 @@ __global__ __launch_bounds__(1024) void forward_v3_kernel(const T* __restrict__ 
       Raw<T, kVec> wv, bv;
       wv.load(w + j);
       bv.load(b + j);
-      Pack<T, kVec> out;
+      acc_t out[kVec];
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) out.v[k] = from_acc<T>((v[p][k] - mu) * rs * wv[k] + bv[k]);
-      *reinterpret_cast<Pack<T, kVec>*>(y + row * N + j) = out;
+      for (int k = 0; k < kVec; ++k) out[k] = (v[p][k] - mu) * rs * wv[k] + bv[k];
+      *reinterpret_cast<Pack<T, kVec>*>(y + row * N + j) = to_pack<T>(out);
     }
   }
   if (threadIdx.x == 0) {
@@ -434,7 +461,7 @@ __global__ __launch_bounds__(1024) void backward_v2_kernel(const T* __restrict__
         if (c < packs) {
           Raw<T, kVec> wv;
           wv.load(w + c * kVec);
-          P out;
+          acc_t out[kVec];
 #pragma unroll
           for (int k0 = 0; k0 < kVec; k0 += C) {
             A aw = reinterpret_cast<A*>(acc_w + c * kVec + k0)[0];
@@ -444,14 +471,14 @@ __global__ __launch_bounds__(1024) void backward_v2_kernel(const T* __restrict__
               const acc_t dyv = cur.g[p][k0 + k];
               const acc_t xh = (cur.x[p][k0 + k] - cur.mean) * cur.rstd;
               const acc_t g = dyv * wv[k0 + k];
-              out.v[k0 + k] = from_acc<T>(cur.rstd * (g - mg - xh * mgx));
+              out[k0 + k] = cur.rstd * (g - mg - xh * mgx);
               aw.v[k] += dyv * xh;
               ab.v[k] += dyv;
             }
             reinterpret_cast<A*>(acc_w + c * kVec + k0)[0] = aw;
             reinterpret_cast<A*>(acc_b + c * kVec + k0)[0] = ab;
           }
-          dxr[c] = out;
+          dxr[c] = to_pack<T>(out);
         }
       }
     }
@@ -532,33 +559,34 @@ __global__ void column_partials_kernel(const T* __restrict__ dy, const T* __rest
   partials[(gridDim.y + blockIdx.y) * int64_t(N) + j] = sb;
 }
 
-// grad_weight[j] = sum over the G partial rows, in order (and grad_bias from the second half). Block
-// (32, 8): 32 columns, and 8 threads per column each take a contiguous eighth of the rows; the eight
-// sums are then added in order by threadIdx.y == 0.
-template <typename T>
-__global__ void sum_partials_kernel(const Acc<T>* __restrict__ partials, int G, int N, T* __restrict__ dw,
-                                    T* __restrict__ db) {
+// grad_weight (blockIdx.y == 0) or grad_bias (1) = the sum over the G partial rows. Block (32, 32):
+// thread x owns C adjacent columns (one 16-byte load per partial row, 512 contiguous bytes per warp),
+// and thread y adds rows y, y + 32, y + 64, ... in order; then the 32 sums of each column are added in
+// order 0..31 through shared memory. A fixed order: the same bits on every run. Wide enough that
+// thousands of loads are in flight, so it costs little more than a read of the [2, G, N] buffer.
+template <typename T, int C>
+__global__ __launch_bounds__(1024) void sum_partials_kernel(const Acc<T>* __restrict__ partials, int G, int N,
+                                                            T* __restrict__ dw, T* __restrict__ db) {
   using acc_t = Acc<T>;
-  __shared__ acc_t part[2][8][33];
-  const int j = blockIdx.x * 32 + threadIdx.x;
-  acc_t sw = 0, sb = 0;
-  if (j < N) {
-    const int g0 = threadIdx.y * G / 8, g1 = (threadIdx.y + 1) * G / 8;
-    for (int g = g0; g < g1; ++g) {
-      sw += partials[g * int64_t(N) + j];
-      sb += partials[(G + g) * int64_t(N) + j];
+  using A = Pack<acc_t, C>;
+  __shared__ acc_t part[32][32 * C];
+  const int j0 = blockIdx.x * 32 * C, j = j0 + threadIdx.x * C;
+  const acc_t* src = partials + int64_t(blockIdx.y) * G * N;
+  acc_t s[C] = {};
+  if (j < N)
+    for (int g = threadIdx.y; g < G; g += 32) {
+      const A v = *reinterpret_cast<const A*>(src + g * int64_t(N) + j);
+#pragma unroll
+      for (int k = 0; k < C; ++k) s[k] += v.v[k];
     }
-  }
-  part[0][threadIdx.y][threadIdx.x] = sw;
-  part[1][threadIdx.y][threadIdx.x] = sb;
+#pragma unroll
+  for (int k = 0; k < C; ++k) part[threadIdx.y][threadIdx.x * C + k] = s[k];
   __syncthreads();
-  if (threadIdx.y == 0 && j < N) {
-    for (int i = 1; i < 8; ++i) {
-      sw += part[0][i][threadIdx.x];
-      sb += part[1][i][threadIdx.x];
-    }
-    dw[j] = from_acc<T>(sw);
-    db[j] = from_acc<T>(sb);
+  const int t = threadIdx.y * 32 + threadIdx.x;  // one column of the block's 32 * C
+  if (t < 32 * C && j0 + t < N) {
+    acc_t sum = 0;
+    for (int i = 0; i < 32; ++i) sum += part[i][t];
+    (blockIdx.y == 0 ? dw : db)[j0 + t] = from_acc<T>(sum);
   }
 }
 
@@ -600,7 +628,8 @@ bool launch_forward_v3(const T* x, const T* w, const T* b, T* y, Acc<T>* mean, A
 }
 
 struct BackwardPlan {
-  int kind = 0;  // 1: rows in registers, 16-byte packs; 2: the same, one value per pack; 3: long rows
+  int kind = 0;   // 1: rows in registers, 16-byte packs; 2: the same, one value per pack; 3: long rows
+  int packs = 0;  // kind 1: packs of x (and of grad_y) per thread
   dim3 block;
   int blocks = 0;  // grid size, = rows of partial sums
   size_t smem = 0;
@@ -630,15 +659,27 @@ BackwardPlan plan_backward_rows(int kind, int64_t M, int N) {
   const int64_t want = ceil_div<int64_t>(M, rows), cap = int64_t(per_sm) * num_sms();
   plan.blocks = int(want < cap ? want : cap);
   plan.kind = kind;
+  plan.packs = kPacks;
   return plan;
 }
 
+// config (2-byte types only; others ignore it): 0 = 16 bytes of x per thread for rows up to 4096 and
+// 32 above (measured on the H100, bf16: 16 bytes wins at N = 1024 and 4096, 32 bytes at N = 8192, where
+// the narrower width makes too many threads per row); 1 = always 32 bytes (the float width);
+// 2 = 16 bytes whenever the row fits.
 template <typename T>
-BackwardPlan plan_backward_v2(const T* dy, const T* x, const T* w, const T* dx, int64_t M, int N) {
+BackwardPlan plan_backward_v2(const T* dy, const T* x, const T* w, const T* dx, int64_t M, int N,
+                              int config) {
   constexpr int V = kPack16<T>;
   constexpr int kScalarPacks = kBwdBytes / 8 / (sizeof(T) > 4 ? 2 : 1);  // 4 floats, 2 doubles
-  BackwardPlan plan = vectorizable<T>(N, {dy, x, w, dx}) ? plan_backward_rows<T, V, kBwdBytes / 16>(1, M, N)
-                                                         : plan_backward_rows<T, 1, kScalarPacks>(2, M, N);
+  BackwardPlan plan;
+  if (vectorizable<T>(N, {dy, x, w, dx})) {
+    if constexpr (sizeof(T) == 2)
+      if (config == 2 || (config == 0 && N <= 4096)) plan = plan_backward_rows<T, V, kBwdBytes / 32>(1, M, N);
+    if (plan.kind == 0) plan = plan_backward_rows<T, V, kBwdBytes / 16>(1, M, N);
+  } else {
+    plan = plan_backward_rows<T, 1, kScalarPacks>(2, M, N);
+  }
   if (plan.kind == 0) {  // long rows: column sums over slices of rows, ~8 blocks of 256 per SM in all
     plan.kind = 3;
     plan.block = dim3(256);
@@ -671,14 +712,26 @@ void layernorm_forward_v2(const T* x, const T* weight, const T* bias, T* y, Acc<
   COURSE_LAUNCH_CHECK();
 }
 
+// config (2-byte types only; others ignore it): 0 = 32 bytes per thread if the row fits, else 64;
+// 1 = 64 bytes (the float width); 2 = 16, else 32, else 64.
 template <typename T>
 void layernorm_forward_v3(const T* x, const T* weight, const T* bias, T* y, Acc<T>* mean, Acc<T>* rstd,
-                          int64_t M, int N, Acc<T> eps, cudaStream_t stream) {
+                          int64_t M, int N, Acc<T> eps, cudaStream_t stream, int config) {
   constexpr int V = kPack16<T>;
   const bool vec = vectorizable<T>(N, {x, weight, bias, y});
-  const bool done =
-      vec ? launch_forward_v3<T, V, kFwdBytes / 16>(x, weight, bias, y, mean, rstd, M, N, eps, stream)
-          : launch_forward_v3<T, 1, 8>(x, weight, bias, y, mean, rstd, M, N, eps, stream);
+  bool done = false;
+  if (vec) {
+    if constexpr (sizeof(T) == 2) {
+      if (config == 2)
+        done = launch_forward_v3<T, V, kFwdBytes / 64>(x, weight, bias, y, mean, rstd, M, N, eps, stream);
+      if (!done && config != 1)
+        done = launch_forward_v3<T, V, kFwdBytes / 32>(x, weight, bias, y, mean, rstd, M, N, eps, stream);
+    }
+    if (!done)
+      done = launch_forward_v3<T, V, kFwdBytes / 16>(x, weight, bias, y, mean, rstd, M, N, eps, stream);
+  } else {
+    done = launch_forward_v3<T, 1, 8>(x, weight, bias, y, mean, rstd, M, N, eps, stream);
+  }
   if (!done) {
     if (vec)
       forward_v3_long_kernel<T, V><<<M, kBigThreads, 0, stream>>>(x, weight, bias, y, mean, rstd, N, eps);
@@ -702,22 +755,24 @@ void layernorm_backward_v1(const T* grad_y, const T* x, const Acc<T>* mean, cons
 
 template <typename T>
 int64_t layernorm_backward_v2_workspace(const T* grad_y, const T* x, const T* weight, const T* grad_x,
-                                        int64_t M, int N) {
-  return 2 * int64_t(plan_backward_v2<T>(grad_y, x, weight, grad_x, M, N).blocks) * N;
+                                        int64_t M, int N, int config) {
+  return 2 * int64_t(plan_backward_v2<T>(grad_y, x, weight, grad_x, M, N, config).blocks) * N;
 }
 
 template <typename T>
 void layernorm_backward_v2(const T* grad_y, const T* x, const Acc<T>* mean, const Acc<T>* rstd,
                            const T* weight, T* grad_x, T* grad_weight, T* grad_bias, Acc<T>* workspace,
-                           int64_t M, int N, cudaStream_t stream) {
+                           int64_t M, int N, cudaStream_t stream, int config) {
   constexpr int V = kPack16<T>;
   constexpr int kScalarPacks = kBwdBytes / 8 / (sizeof(T) > 4 ? 2 : 1);  // 4 floats, 2 doubles
-  const BackwardPlan plan = plan_backward_v2<T>(grad_y, x, weight, grad_x, M, N);
+  const BackwardPlan plan = plan_backward_v2<T>(grad_y, x, weight, grad_x, M, N, config);
   const auto args = [&](auto kernel) {
     kernel<<<plan.blocks, plan.block, plan.smem, stream>>>(grad_y, x, mean, rstd, weight, grad_x, workspace,
                                                            M, N);
   };
-  if (plan.kind == 1) args(backward_v2_kernel<T, V, kBwdBytes / 16>);
+  if (plan.kind == 1 && plan.packs == kBwdBytes / 16) args(backward_v2_kernel<T, V, kBwdBytes / 16>);
+  if constexpr (sizeof(T) == 2)
+    if (plan.kind == 1 && plan.packs == kBwdBytes / 32) args(backward_v2_kernel<T, V, kBwdBytes / 32>);
   if (plan.kind == 2) args(backward_v2_kernel<T, 1, kScalarPacks>);
   if (plan.kind == 3) {
     if (vectorizable<T>(N, {grad_y, x, weight, grad_x}))
@@ -732,8 +787,13 @@ void layernorm_backward_v2(const T* grad_y, const T* x, const Acc<T>* mean, cons
         <<<grid, 256, 0, stream>>>(grad_y, x, mean, rstd, workspace, M, N, ceil_div<int64_t>(M, plan.blocks));
   }
   COURSE_LAUNCH_CHECK();
-  sum_partials_kernel<T>
-      <<<ceil_div(N, 32), dim3(32, 8), 0, stream>>>(workspace, plan.blocks, N, grad_weight, grad_bias);
+  constexpr int C = 16 / sizeof(Acc<T>);  // the workspace is 16-byte aligned; rows are if N % C == 0
+  if (N % C == 0)
+    sum_partials_kernel<T, C><<<dim3(ceil_div(N, 32 * C), 2), dim3(32, 32), 0, stream>>>(
+        workspace, plan.blocks, N, grad_weight, grad_bias);
+  else
+    sum_partials_kernel<T, 1><<<dim3(ceil_div(N, 32), 2), dim3(32, 32), 0, stream>>>(
+        workspace, plan.blocks, N, grad_weight, grad_bias);
   COURSE_LAUNCH_CHECK();
 }
 
@@ -743,12 +803,13 @@ void layernorm_backward_v2(const T* grad_y, const T* x, const Acc<T>* mean, cons
   template void layernorm_forward_v2<T>(const T*, const T*, const T*, T*, Acc<T>*, Acc<T>*, int64_t, int,    \
                                         Acc<T>, cudaStream_t);                                               \
   template void layernorm_forward_v3<T>(const T*, const T*, const T*, T*, Acc<T>*, Acc<T>*, int64_t, int,    \
-                                        Acc<T>, cudaStream_t);                                               \
+                                        Acc<T>, cudaStream_t, int);                                          \
   template void layernorm_backward_v1<T>(const T*, const T*, const Acc<T>*, const Acc<T>*, const T*, T*, T*, \
                                          T*, int64_t, int, cudaStream_t);                                    \
-  template int64_t layernorm_backward_v2_workspace<T>(const T*, const T*, const T*, const T*, int64_t, int); \
+  template int64_t layernorm_backward_v2_workspace<T>(const T*, const T*, const T*, const T*, int64_t, int,  \
+                                                      int);                                                  \
   template void layernorm_backward_v2<T>(const T*, const T*, const Acc<T>*, const Acc<T>*, const T*, T*, T*, \
-                                         T*, Acc<T>*, int64_t, int, cudaStream_t);
+                                         T*, Acc<T>*, int64_t, int, cudaStream_t, int);
 INSTANTIATE(float)
 INSTANTIATE(double)
 INSTANTIATE(__half)

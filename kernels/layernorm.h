@@ -14,9 +14,11 @@ void layernorm_forward_v1(const T* x, const T* weight, const T* bias, T* y, Acc<
 template <typename T>
 void layernorm_forward_v2(const T* x, const T* weight, const T* bias, T* y, Acc<T>* mean, Acc<T>* rstd,
                           int64_t M, int N, Acc<T> eps, cudaStream_t stream);
+// config 0 is the tuned default; other values try other widths per thread for 2-byte types
+// (diag/ln_micro.py compares them; see layernorm.cu). Same for backward v2.
 template <typename T>
 void layernorm_forward_v3(const T* x, const T* weight, const T* bias, T* y, Acc<T>* mean, Acc<T>* rstd,
-                          int64_t M, int N, Acc<T> eps, cudaStream_t stream);
+                          int64_t M, int N, Acc<T> eps, cudaStream_t stream, int config = 0);
 
 // Backward: grad_x, grad_weight and grad_bias from grad_y, x, the saved mean and rstd, and weight.
 template <typename T>
@@ -28,8 +30,8 @@ void layernorm_backward_v1(const T* grad_y, const T* x, const Acc<T>* mean, cons
 // column sums); call it with the same pointers and sizes as the launch.
 template <typename T>
 int64_t layernorm_backward_v2_workspace(const T* grad_y, const T* x, const T* weight, const T* grad_x,
-                                        int64_t M, int N);
+                                        int64_t M, int N, int config = 0);
 template <typename T>
 void layernorm_backward_v2(const T* grad_y, const T* x, const Acc<T>* mean, const Acc<T>* rstd,
                            const T* weight, T* grad_x, T* grad_weight, T* grad_bias, Acc<T>* workspace,
-                           int64_t M, int N, cudaStream_t stream);
+                           int64_t M, int N, cudaStream_t stream, int config = 0);
