@@ -1,15 +1,13 @@
 """kernels/fused_bias_relu.*: CPU and (on a GPU) CUDA paths against plain PyTorch, gradients, memory
 variants, in place, the layer, bad input."""
 
-import os
-
 import pytest
 import torch
 from torch import nn
 
-from helpers import check, loader
+from helpers import check
 from helpers.ops import fused_bias_relu as fbr
-from tests.conftest import needs_gpu
+from tests.conftest import load_solutions, needs_gpu
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 # C = 1, 3, 1151 (not a multiple of any Pack), 64 and 256 (16-byte Packs), 20 (Packs for float32, not for
@@ -20,12 +18,7 @@ SCALE = 1.75
 
 @pytest.fixture(scope="module")
 def ext():
-    old = os.environ.get("COURSE_SOLUTIONS")
-    os.environ["COURSE_SOLUTIONS"] = "1"
-    try:
-        return loader.load("fused_bias_relu")
-    finally:
-        os.environ.pop("COURSE_SOLUTIONS") if old is None else os.environ.__setitem__("COURSE_SOLUTIONS", old)
+    return load_solutions("fused_bias_relu")
 
 
 def inputs(shape, dtype, device, seed=0):

@@ -1,15 +1,13 @@
 """kernels/layernorm.*: every version on the CPU and (on a GPU) CUDA against torch.nn.functional.layer_norm,
 gradients, numerics on rows with a large mean, determinism, bad input."""
 
-import os
-
 import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers import check, loader
+from helpers import check
 from helpers.ops import layernorm as ln
-from tests.conftest import needs_gpu
+from tests.conftest import load_solutions, needs_gpu
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 # N = 1, 3, 33, 1151, 4097: not multiples of 4 or 32 (scalar paths); 1024, 4096, 8192: 16-byte paths;
@@ -21,12 +19,7 @@ EPS = 1e-5
 
 @pytest.fixture(scope="module")
 def ext():
-    old = os.environ.get("COURSE_SOLUTIONS")
-    os.environ["COURSE_SOLUTIONS"] = "1"
-    try:
-        return loader.load("layernorm")
-    finally:
-        os.environ.pop("COURSE_SOLUTIONS") if old is None else os.environ.__setitem__("COURSE_SOLUTIONS", old)
+    return load_solutions("layernorm")
 
 
 def inputs(shape, dtype, device, seed=0):
