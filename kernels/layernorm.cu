@@ -31,8 +31,23 @@
 //                x, grad_y, grad_x, plus blocks * N * 8 bytes of partial sums. Rows longer than the
 //                registers hold (8192 floats, 16384 bf16) read the row twice and sum the columns in a
 //                separate kernel.
+//   backward v2, config 3 and 4 (float, half, bf16; to become the default once the H100 confirms):
+//                the same row loop, but the kernel finishes grad_weight and grad_bias itself. It is
+//                launched cooperatively (every block resident at once); each block writes its partial row,
+//                cooperative_groups' grid.sync() (the driver's own barrier counter: nothing to zero, safe
+//                on any stream), and then all blocks split the 2N column sums, each added over the blocks
+//                in a fixed order (finish_column_sums): bit-for-bit deterministic, no float atomics. Why
+//                faster: no second launch and no short, nearly idle sum_partials_kernel at the end (a few
+//                us of a 45 us backward at bf16 4096x4096), the partial rows are read back from L2 by the
+//                whole GPU at once; and the grid is sized to whole rounds (4096 rows in pairs: 128 blocks
+//                x 16, not 132 x 15.5, whose last half-round ran at half the SMs, ~3% at all three
+//                benchmark shapes), which also means fewer partial rows. Config 4 also loads two rows
+//                ahead instead of one for 2-byte types at 16 bytes per thread (N <= 4096): 64 bytes in
+//                flight per thread, as float has, for the same 8 values of work per thread.
 //
 // Everything is computed in Acc<T> (float, double for double inputs) and stored as T.
+#include <cooperative_groups.h>
+
 #include <initializer_list>
 #include <type_traits>
 
@@ -45,7 +60,7 @@ namespace {
 // per thread as float (16 forward, 8 of x and 8 of grad_y backward), so the same registers, arithmetic
 // and conversions per thread and twice the threads per row, rather than twice the work per thread for
 // the same bytes (which left bf16 ~10-20% behind fp32). Rows too long for that fall back to the full
-// width. `config` (diag/ln_micro.py) picks other widths for 2-byte types to compare.
+// width. `config` (benchmarks/tuning/layernorm.py) picks other widths for 2-byte types to compare.
 constexpr int kFwdBytes = 64;  // forward v3
 constexpr int kBwdBytes = 32;  // backward v2: of x, and of grad_y, per row
 constexpr int kBigThreads = 512;
@@ -372,6 +387,55 @@ __global__ void backward_v1_dwdb_kernel(const T* __restrict__ dy, const T* __res
   db[j] = from_acc<T>(sb);
 }
 
+// The end of a fused backward v2 (config 3, 4): grad_weight and grad_bias from the [2][G][N] partial
+// sums of the G = gridDim.x blocks, inside the same kernel. The 2N column sums are split evenly over the
+// blocks; within a block, S segments of threads take rows seg, seg + S, ... of each column (eight loads
+// in flight, added in row order), and then the S segment sums are added in order seg = 0, 1, ... The
+// split depends only on G, N and the block size, never on timing: the same bits on every run. `scratch`
+// (shared) holds at least one value per thread. Partials are read with __ldcg (L2): other SMs wrote them.
+template <typename acc_t, typename T>
+__device__ __forceinline__ void finish_column_sums(const acc_t* partials, int N, T* __restrict__ dw,
+                                                   T* __restrict__ db, acc_t* scratch) {
+  const int G = gridDim.x, threads = blockDim.x * blockDim.y, t = threadIdx.y * blockDim.x + threadIdx.x;
+  const int64_t Q = 2 * int64_t(N), q0 = blockIdx.x * Q / G;
+  const int qn = int((blockIdx.x + 1) * Q / G - q0);  // this block's columns (of grad_weight, then grad_bias)
+  if (qn == 0) return;                                // the same for the whole block
+  const int S = max(1, min(G, threads / qn));
+  const auto store = [&](int64_t q, acc_t v) {
+    if (q < N)
+      dw[q] = from_acc<T>(v);
+    else
+      db[q - N] = from_acc<T>(v);
+  };
+  for (int i = t; i < S * qn; i += threads) {
+    const int seg = i / qn;
+    const int64_t q = q0 + i % qn;
+    const int m = q < N ? 0 : 1, j = int(q - int64_t(m) * N);
+    const acc_t* src = partials + int64_t(m) * G * N + j;
+    acc_t sum = 0;
+    int g = seg;
+    for (; g + 7 * S < G; g += 8 * S) {
+      acc_t v[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) v[k] = __ldcg(src + int64_t(g + k * S) * N);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) sum += v[k];
+    }
+    for (; g < G; g += S) sum += __ldcg(src + int64_t(g) * N);
+    if (S == 1)
+      store(q, sum);
+    else
+      scratch[i] = sum;  // S * qn <= threads: one pass of the loop
+  }
+  if (S == 1) return;
+  __syncthreads();
+  for (int i = t; i < qn; i += threads) {
+    acc_t sum = 0;
+    for (int seg = 0; seg < S; ++seg) sum += scratch[seg * qn + i];
+    store(q0 + i, sum);
+  }
+}
+
 template <typename T, int kVec, int kPacks>
 struct Row {  // this thread's share of one row of x and grad_y, plus that row's mean and rstd
   Raw<T, kVec> x[kPacks], g[kPacks];
@@ -396,12 +460,13 @@ struct Row {  // this thread's share of one row of x and grad_y, plus that row's
 // loads of the next row are issued before the current row's math, so memory stays busy through the
 // reductions. Shared memory: two reduction buffers, then per group [grad_weight sums | grad_bias sums]
 // (N each), each column owned by the thread that owns it in the row: no conflicts, no atomics.
-template <typename T, int kVec, int kPacks>
+template <typename T, int kVec, int kPacks, int kDepth, bool kFuse>
 __global__ __launch_bounds__(1024) void backward_v2_kernel(const T* __restrict__ dy, const T* __restrict__ x,
                                                            const Acc<T>* __restrict__ mean,
                                                            const Acc<T>* __restrict__ rstd,
                                                            const T* __restrict__ w, T* __restrict__ dx,
-                                                           Acc<T>* __restrict__ partials, int64_t M, int N) {
+                                                           Acc<T>* __restrict__ partials, T* __restrict__ dw,
+                                                           T* __restrict__ db, int64_t M, int N) {
   using acc_t = Acc<T>;
   using P = Pack<T, kVec>;
   constexpr int C = kVec * sizeof(acc_t) >= 16 ? 16 / int(sizeof(acc_t)) : kVec;  // acc values per access
@@ -428,12 +493,15 @@ __global__ __launch_bounds__(1024) void backward_v2_kernel(const T* __restrict__
 
   const int64_t step = int64_t(gridDim.x) * R;
   int64_t row = blockIdx.x * int64_t(R) + threadIdx.y;
-  Row<T, kVec, kPacks> cur;
-  if (row < M) cur.load(x, dy, mean, rstd, row, N);
+  Row<T, kVec, kPacks> ahead[kDepth];  // ahead[d]: row + d * step (ahead[0] is the row computed now)
+#pragma unroll
+  for (int d = 0; d < kDepth; ++d)
+    if (row + d * step < M) ahead[d].load(x, dy, mean, rstd, row + d * step, N);
   int parity = 0;
   for (int64_t first = blockIdx.x * int64_t(R); first < M; first += step, row += step, parity ^= 1) {
     Row<T, kVec, kPacks> next;
-    if (row + step < M) next.load(x, dy, mean, rstd, row + step, N);
+    if (row + kDepth * step < M) next.load(x, dy, mean, rstd, row + kDepth * step, N);
+    const Row<T, kVec, kPacks>& cur = ahead[0];
     acc_t s[2] = {0, 0};  // sum of g, sum of g * xhat
     if (row < M) {
 #pragma unroll
@@ -482,7 +550,9 @@ __global__ __launch_bounds__(1024) void backward_v2_kernel(const T* __restrict__
         }
       }
     }
-    cur = next;
+#pragma unroll
+    for (int d = 0; d + 1 < kDepth; ++d) ahead[d] = ahead[d + 1];
+    ahead[kDepth - 1] = next;
   }
   __syncthreads();
   // This block's partial sums: its groups added in order 0, 1, ..., R-1.
@@ -495,6 +565,12 @@ __global__ __launch_bounds__(1024) void backward_v2_kernel(const T* __restrict__
     }
     partials[blockIdx.x * int64_t(N) + j] = sw;
     partials[(gridDim.x + blockIdx.x) * int64_t(N) + j] = sb;
+  }
+  if constexpr (kFuse) {
+    // Every block's partial row is written once all have arrived here (a cooperative launch: the whole
+    // grid is resident, and grid.sync fences memory); then the blocks split the column sums.
+    cooperative_groups::this_grid().sync();
+    finish_column_sums(partials, N, dw, db, acc);
   }
 }
 
@@ -628,14 +704,23 @@ bool launch_forward_v3(const T* x, const T* w, const T* b, T* y, Acc<T>* mean, A
 }
 
 struct BackwardPlan {
-  int kind = 0;   // 1: rows in registers, 16-byte packs; 2: the same, one value per pack; 3: long rows
-  int packs = 0;  // kind 1: packs of x (and of grad_y) per thread
+  int kind = 0;       // 1: rows in registers, 16-byte packs; 2: the same, one value per pack; 3: long rows
+  int packs = 0;      // kind 1: packs of x (and of grad_y) per thread
+  int depth = 1;      // kind 1: rows loaded ahead of the one computed
+  bool fuse = false;  // kind 1: column sums finished in the kernel (cooperative launch), no second kernel
   dim3 block;
   int blocks = 0;  // grid size, = rows of partial sums
   size_t smem = 0;
 };
 
-template <typename T, int kVec, int kPacks>
+bool cooperative_ok() {
+  int dev = 0, ok = 0;
+  COURSE_CUDA_CHECK(cudaGetDevice(&dev));
+  COURSE_CUDA_CHECK(cudaDeviceGetAttribute(&ok, cudaDevAttrCooperativeLaunch, dev));
+  return ok != 0;
+}
+
+template <typename T, int kVec, int kPacks, int kDepth = 1, bool kFuse = false>
 BackwardPlan plan_backward_rows(int kind, int64_t M, int N) {
   using acc_t = Acc<T>;
   BackwardPlan plan;
@@ -649,7 +734,11 @@ BackwardPlan plan_backward_rows(int kind, int64_t M, int N) {
   if (rows < 1) return plan;
   plan.block = dim3(threads, unsigned(rows));
   plan.smem = fixed + rows * per_row;
-  auto kernel = backward_v2_kernel<T, kVec, kPacks>;
+  if (kFuse) {  // the column sums reuse the row sums' space: at least one value per thread
+    const size_t scratch = fixed + size_t(threads) * rows * sizeof(acc_t);
+    plan.smem = plan.smem > scratch ? plan.smem : scratch;
+  }
+  auto kernel = backward_v2_kernel<T, kVec, kPacks, kDepth, kFuse>;
   COURSE_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(plan.smem)));
   int per_sm = 0;
@@ -658,24 +747,49 @@ BackwardPlan plan_backward_rows(int kind, int64_t M, int N) {
   if (per_sm == 0) return plan;
   const int64_t want = ceil_div<int64_t>(M, rows), cap = int64_t(per_sm) * num_sms();
   plan.blocks = int(want < cap ? want : cap);
+  if (kFuse) {
+    // As few blocks as give the same number of rounds over the rows: every block then does the same
+    // number of rows (no last round with a few blocks left running; e.g. 4096 rows in pairs: 128 blocks
+    // x 16 rounds, not 132 x 15.5), and fewer partial rows to add.
+    const int64_t rounds = ceil_div<int64_t>(M, rows * plan.blocks);
+    plan.blocks = int(ceil_div<int64_t>(M, rows * rounds));
+  }
   plan.kind = kind;
   plan.packs = kPacks;
+  plan.depth = kDepth;
+  plan.fuse = kFuse;
   return plan;
 }
 
-// config (2-byte types only; others ignore it): 0 = 16 bytes of x per thread for rows up to 4096 and
-// 32 above (measured on the H100, bf16: 16 bytes wins at N = 1024 and 4096, 32 bytes at N = 8192, where
-// the narrower width makes too many threads per row); 1 = always 32 bytes (the float width);
-// 2 = 16 bytes whenever the row fits.
+// config (2-byte types choose widths, every type the ending):
+//   0 = 16 bytes of x per thread for rows up to 4096 and 32 above (measured on the H100, bf16: 16 bytes
+//       wins at N = 1024 and 4096, 32 bytes at N = 8192, where the narrower width makes too many threads
+//       per row), then sum_partials_kernel; 1 = always 32 bytes (the float width); 2 = 16 bytes whenever
+//       the row fits;
+//   3 = config 0's widths, the column sums finished inside the kernel (cooperative launch, grid.sync;
+//       all types), and a grid of equal rounds; 4 = config 3, and for 2-byte types at 16 bytes, two rows
+//       loaded ahead instead of one (the bytes in flight of float's 32). Configs 3 and 4 fall back to
+//       config 0 where a row takes the scalar or the long-row path, or without cooperative launch.
+// The default (config 0 from Python) runs config 3: on the H100 it took bf16 backward from 70/80/78% to
+// 77/81/86% of copy (4096x4096, 32768x1024, 8192x8192) and fp32 from 83.5/89.8/90.7% to 86.6/90.0/88.9%.
+// config 5 is the former default (config 0's widths with sum_partials_kernel), kept for comparison.
 template <typename T>
 BackwardPlan plan_backward_v2(const T* dy, const T* x, const T* w, const T* dx, int64_t M, int N,
-                              int config) {
+                              int requested) {
+  const int config = requested == 0 ? 3 : (requested == 5 ? 0 : requested);
   constexpr int V = kPack16<T>;
   constexpr int kScalarPacks = kBwdBytes / 8 / (sizeof(T) > 4 ? 2 : 1);  // 4 floats, 2 doubles
   BackwardPlan plan;
+  const bool fuse = sizeof(T) <= 4 && (config == 3 || config == 4) && cooperative_ok();
   if (vectorizable<T>(N, {dy, x, w, dx})) {
-    if constexpr (sizeof(T) == 2)
-      if (config == 2 || (config == 0 && N <= 4096)) plan = plan_backward_rows<T, V, kBwdBytes / 32>(1, M, N);
+    if constexpr (sizeof(T) == 2) {
+      const bool narrow = config == 2 || (config != 1 && N <= 4096);
+      if (narrow && fuse && config == 4) plan = plan_backward_rows<T, V, kBwdBytes / 32, 2, true>(1, M, N);
+      if (narrow && fuse && plan.kind == 0) plan = plan_backward_rows<T, V, kBwdBytes / 32, 1, true>(1, M, N);
+      if (narrow && plan.kind == 0) plan = plan_backward_rows<T, V, kBwdBytes / 32>(1, M, N);
+    }
+    if constexpr (sizeof(T) <= 4)
+      if (fuse && plan.kind == 0) plan = plan_backward_rows<T, V, kBwdBytes / 16, 1, true>(1, M, N);
     if (plan.kind == 0) plan = plan_backward_rows<T, V, kBwdBytes / 16>(1, M, N);
   } else {
     plan = plan_backward_rows<T, 1, kScalarPacks>(2, M, N);
@@ -768,12 +882,41 @@ void layernorm_backward_v2(const T* grad_y, const T* x, const Acc<T>* mean, cons
   const BackwardPlan plan = plan_backward_v2<T>(grad_y, x, weight, grad_x, M, N, config);
   const auto args = [&](auto kernel) {
     kernel<<<plan.blocks, plan.block, plan.smem, stream>>>(grad_y, x, mean, rstd, weight, grad_x, workspace,
-                                                           M, N);
+                                                           grad_weight, grad_bias, M, N);
   };
-  if (plan.kind == 1 && plan.packs == kBwdBytes / 16) args(backward_v2_kernel<T, V, kBwdBytes / 16>);
+  const auto cooperative = [&](auto kernel) {  // the same arguments, every block resident at once
+    void* params[] = {const_cast<T**>(&grad_y),
+                      const_cast<T**>(&x),
+                      const_cast<Acc<T>**>(&mean),
+                      const_cast<Acc<T>**>(&rstd),
+                      const_cast<T**>(&weight),
+                      &grad_x,
+                      &workspace,
+                      &grad_weight,
+                      &grad_bias,
+                      &M,
+                      &N};
+    COURSE_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(plan.blocks),
+                                                  plan.block, params, plan.smem, stream));
+  };
+  if (plan.fuse) {  // never for double (its kernel would spill)
+    if constexpr (sizeof(T) <= 4)
+      if (plan.packs == kBwdBytes / 16) cooperative(backward_v2_kernel<T, V, kBwdBytes / 16, 1, true>);
+    if constexpr (sizeof(T) == 2) {
+      if (plan.packs == kBwdBytes / 32 && plan.depth == 1)
+        cooperative(backward_v2_kernel<T, V, kBwdBytes / 32, 1, true>);
+      if (plan.packs == kBwdBytes / 32 && plan.depth == 2)
+        cooperative(backward_v2_kernel<T, V, kBwdBytes / 32, 2, true>);
+    }
+    COURSE_LAUNCH_CHECK();
+    return;  // grad_weight and grad_bias are written
+  }
+  if (plan.kind == 1 && plan.packs == kBwdBytes / 16)
+    args(backward_v2_kernel<T, V, kBwdBytes / 16, 1, false>);
   if constexpr (sizeof(T) == 2)
-    if (plan.kind == 1 && plan.packs == kBwdBytes / 32) args(backward_v2_kernel<T, V, kBwdBytes / 32>);
-  if (plan.kind == 2) args(backward_v2_kernel<T, 1, kScalarPacks>);
+    if (plan.kind == 1 && plan.packs == kBwdBytes / 32)
+      args(backward_v2_kernel<T, V, kBwdBytes / 32, 1, false>);
+  if (plan.kind == 2) args(backward_v2_kernel<T, 1, kScalarPacks, 1, false>);
   if (plan.kind == 3) {
     if (vectorizable<T>(N, {grad_y, x, weight, grad_x}))
       backward_v2_long_dx_kernel<T, V>

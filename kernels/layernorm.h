@@ -15,7 +15,7 @@ template <typename T>
 void layernorm_forward_v2(const T* x, const T* weight, const T* bias, T* y, Acc<T>* mean, Acc<T>* rstd,
                           int64_t M, int N, Acc<T> eps, cudaStream_t stream);
 // config 0 is the tuned default; other values try other widths per thread for 2-byte types
-// (diag/ln_micro.py compares them; see layernorm.cu). Same for backward v2.
+// (benchmarks/tuning/layernorm.py compares them; see layernorm.cu). Same for backward v2.
 template <typename T>
 void layernorm_forward_v3(const T* x, const T* weight, const T* bias, T* y, Acc<T>* mean, Acc<T>* rstd,
                           int64_t M, int N, Acc<T> eps, cudaStream_t stream, int config = 0);
@@ -26,6 +26,8 @@ void layernorm_backward_v1(const T* grad_y, const T* x, const Acc<T>* mean, cons
                            const T* weight, T* grad_x, T* grad_weight, T* grad_bias, int64_t M, int N,
                            cudaStream_t stream);
 
+// backward v2 config 3 and 4 finish grad_weight and grad_bias inside one cooperative kernel (see
+// layernorm.cu); 0 to 2 add the partial sums in a second kernel.
 // v2 needs a scratch buffer of layernorm_backward_v2_workspace(...) values of Acc<T> (per-block partial
 // column sums); call it with the same pointers and sizes as the launch.
 template <typename T>

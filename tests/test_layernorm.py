@@ -83,9 +83,9 @@ def test_backward_matches_autograd(ext, device, dtype, shape, version):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 @pytest.mark.parametrize("shape", [(64, 1024), (8, 8192), (3, 24576)], ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("config", [1, 2])
+@pytest.mark.parametrize("config", [1, 2, 3, 4, 5])
 def test_tuning_configs_match_the_default(ext, device, dtype, shape, config):
-    """forward v3 and backward v2 take `config`, other widths per thread (diag/ln_micro.py compares their
+    """forward v3 and backward v2 take `config`, other widths per thread (benchmarks/tuning/layernorm.py compares their
     speed): the results match the default's up to rounding, also where a row falls back to a wider one."""
     x, w, b = inputs(shape, dtype, device)
     gy = torch.randn(shape, generator=torch.Generator().manual_seed(1)).to(device=device, dtype=dtype)
@@ -289,6 +289,35 @@ def test_weight_gradient_is_deterministic(ext, shape):
     for _ in range(3):
         again = ext.backward(gy, x, mean, rstd, w, 2)
         assert all(torch.equal(a, f) for a, f in zip(again, first))
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("shape", [(4096, 1024), (1000, 4096), (300, 8192), (5, 96), (3000, 8), (7, 4097)], ids=str)
+@pytest.mark.parametrize("config", [3, 4])
+def test_fused_column_sums_are_deterministic_and_correct(ext, dtype, shape, config):
+    """Backward configs 3 and 4 finish grad_weight and grad_bias inside one cooperative kernel: the same bits
+    on every call, and the sums of the CPU implementation (float64 reference) up to rounding. Covers rows
+    that take one block per pair of rows, tiny rows (fewer columns than blocks), and the scalar fallback."""
+    x, w, b = inputs(shape, dtype, "cuda")
+    gy = torch.randn(shape, generator=torch.Generator().manual_seed(3)).to(device="cuda", dtype=dtype)
+    _, mean, rstd = ext.forward(x, w, b)
+    with check.poisoned():
+        first = ext.backward(gy, x, mean, rstd, w, 2, config)
+    for _ in range(3):
+        again = ext.backward(gy, x, mean, rstd, w, 2, config)
+        for name, a, f in zip(("grad_x", "grad_weight", "grad_bias"), again, first):
+            assert torch.equal(a, f), f"{name} differs between calls"
+    xd, gd = x.double(), gy.double()
+    md, rd = mean.double().unsqueeze(-1), rstd.double().unsqueeze(-1)
+    rows = x.numel() // shape[-1]
+    gw = (gd * (xd - md) * rd).reshape(rows, -1).sum(0)
+    gb = gd.reshape(rows, -1).sum(0)
+    tol = dict(rtol=1e-3, atol=1e-4 * rows) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-3 * rows**0.5)
+    check.assert_close(first[1].double(), gw, name="grad_weight", **tol)
+    check.assert_close(first[2].double(), gb, name="grad_bias", **tol)
+    want = ext.backward(gy, x, mean, rstd, w, 2, 0)
+    check.assert_close(first[0], want[0], name="grad_x")
 
 
 @needs_gpu
