@@ -261,7 +261,8 @@ class Env:
         return False
 
 
-def _cuda_mode_available() -> bool:
+def cuda_mode() -> bool:
+    """True when lessons run their CUDA paths: a GPU is usable and COURSE_DEVICE=cpu is not set."""
     import torch
 
     if os.environ.get("COURSE_DEVICE", "").lower() == "cpu":
@@ -269,10 +270,17 @@ def _cuda_mode_available() -> bool:
     return torch.cuda.is_available()
 
 
+def default_device(device=None):
+    """`device` as a torch.device, or the one lessons use by default: CUDA in CUDA mode, else the CPU."""
+    import torch
+
+    return torch.device(device or ("cuda" if cuda_mode() else "cpu"))
+
+
 def detect() -> Env:
     import torch
 
-    cuda = _cuda_mode_available()
+    cuda = cuda_mode()
     kit = find_toolkit(torch.version.cuda) if torch.version.cuda else None
     problems = []
     gpu = cap = None

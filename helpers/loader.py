@@ -144,7 +144,7 @@ def default_archs() -> list[str]:
     """The current GPU's architecture (fast builds), else $TORCH_CUDA_ARCH_LIST, else 7.5 8.0 9.0."""
     import torch
 
-    if _env._cuda_mode_available():
+    if _env.cuda_mode():
         major, minor = torch.cuda.get_device_capability()
         return [f"{major}.{minor}"]
     listed = os.environ.get("TORCH_CUDA_ARCH_LIST")
@@ -356,7 +356,7 @@ def load(
     if debug is None:
         debug = os.environ.get("DEBUG", "0") == "1"
     if cuda is None:
-        cuda = _env._cuda_mode_available()
+        cuda = _env.cuda_mode()
     srcs = [Path(s) if Path(s).is_absolute() else KERNELS / s for s in sources] if sources else sources_for(name)
     for s in srcs:
         if not s.is_file():

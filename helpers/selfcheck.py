@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import torch
 
-from . import check
+from . import check, env
 
+DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)  # every dtype the course's kernels take
 SIZES = [1, 3, 8, 31, 256, 257, 1151, 4097, 65536 + 3]
 
 
@@ -33,14 +34,16 @@ def run(
     reference,
     make_inputs,
     *,
-    device="cpu",
-    dtypes=(torch.float32, torch.float64),
+    device=None,
+    dtypes=DTYPES,
     shapes_=None,
     hint: str = "",
     tolerances: dict | None = None,
 ) -> int:
     """fn(*inputs) and reference(*inputs) must return a tensor (or a tuple of tensors).
-    make_inputs(shape, dtype, device, generator) returns the inputs. Returns the number of cases run."""
+    make_inputs(shape, dtype, device, generator) returns the inputs. device defaults to env.default_device().
+    Returns the number of cases run."""
+    device = env.default_device(device)
     cases = 0
     for dtype in dtypes:
         for shape in shapes_ or shapes():

@@ -5,7 +5,7 @@ import torch
 
 from helpers import env, loader
 
-CUDA = env._cuda_mode_available()
+CUDA = env.cuda_mode()
 needs_gpu = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (runs in `make test-gpu`)")
 
 

@@ -32,7 +32,7 @@ def _inputs(shape, dtype, device, g):
 def check(device=None, ext=None) -> int:
     """Forward version 2 (y, mean, rstd) against the reference: your CPU row statistics in CPU mode,
     your warp_sum on a GPU."""
-    device = torch.device(device or ("cuda" if _env._cuda_mode_available() else "cpu"))
+    device = _env.default_device(device)
     ext = ext or loader.load("layernorm")
 
     def yours(x, weight, bias):
@@ -51,6 +51,5 @@ def check(device=None, ext=None) -> int:
         reference,
         _inputs,
         device=device,
-        dtypes=(torch.float32, torch.float64, torch.float16, torch.bfloat16),
         hint=hint + "; see kernels/exercises/layernorm_warp_reduce.cuh",
     )

@@ -24,7 +24,7 @@ def _inputs(shape, dtype, device, g):
 
 def check(device=None, ext=None) -> int:
     """Your backward (version 1) against the reference: CPU loop in CPU mode, CUDA kernel on a GPU."""
-    device = torch.device(device or ("cuda" if _env._cuda_mode_available() else "cpu"))
+    device = _env.default_device(device)
     ext = ext or loader.load("polynomial")
     coeffs = torch.tensor(COEFFS, device=device)
 
@@ -38,7 +38,6 @@ def check(device=None, ext=None) -> int:
         reference,
         _inputs,
         device=device,
-        dtypes=(torch.float32, torch.float64, torch.float16, torch.bfloat16),
         hint="grad_x[i] = grad_y[i] * ((3*a*x + 2*b)*x + c), for every i < n; see "
         "kernels/exercises/polynomial_backward.cuh",
     )
