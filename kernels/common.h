@@ -9,6 +9,12 @@
 //   Pack<T, N>                N values of T loaded or stored as one aligned (up to 16-byte) access
 //   block_sum(v)              sum K values over a thread block (result in thread 0)
 //   num_sms()                 streaming multiprocessors of the current device (cached)
+//   device_attribute(a)       any cudaDeviceAttr of the current device (cached)
+//   launch(kernel, grid, block, smem, stream, {cooperative, pdl}, args...)
+//                             a kernel launch with launch attributes: cooperative (every block resident
+//                             at once, so grid.sync() is allowed) and/or programmatic dependent launch
+//   wait_for_previous_grid()  (device) PDL: wait until the kernel before this one in the stream is done
+//   allow_next_grid()         (device) PDL: the next kernel in the stream may start launching now
 #pragma once
 
 #include <cuda_bf16.h>
@@ -16,6 +22,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -84,16 +91,75 @@ constexpr int kPack16 = 16 / sizeof(T);
 
 inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
-inline int num_sms() {
+// An attribute of the current device, cached per device and attribute (attributes never change).
+template <cudaDeviceAttr kAttr>
+int device_attribute() {
   static int cache[64] = {0};
+  static bool known[64] = {false};
   int dev = 0;
   COURSE_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev < 64 && cache[dev]) return cache[dev];
-  int sms = 0;
-  COURSE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  if (dev < 64) cache[dev] = sms;
-  return sms;
+  if (dev < 64 && known[dev]) return cache[dev];
+  int value = 0;
+  COURSE_CUDA_CHECK(cudaDeviceGetAttribute(&value, kAttr, dev));
+  if (dev < 64) cache[dev] = value, known[dev] = true;
+  return value;
 }
+
+inline int num_sms() { return device_attribute<cudaDevAttrMultiProcessorCount>(); }
+
+// Programmatic dependent launch (PDL, Hopper sm_90 and newer): a kernel launched with `pdl` may be
+// scheduled while the kernel before it in the stream is still finishing, which hides the microsecond or
+// two between two dependent kernels. Such a kernel must call wait_for_previous_grid() before it reads
+// anything the previous kernel wrote; a kernel may call allow_next_grid() once the next one may start
+// launching. On older GPUs (and with COURSE_NO_PDL=1 in the environment, to measure what it gains)
+// the attribute is left out and both calls do nothing.
+inline bool pdl_enabled() {
+  return device_attribute<cudaDevAttrComputeCapabilityMajor>() >= 9 &&
+         std::getenv("COURSE_NO_PDL") == nullptr;
+}
+
+struct LaunchOptions {
+  bool cooperative = false;  // every block resident at once (cudaLaunchCooperativeKernel): grid.sync()
+  bool pdl = false;          // programmatic dependent launch, where the GPU supports it
+};
+
+#ifdef __CUDACC__
+__device__ __forceinline__ void wait_for_previous_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void allow_next_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...) with the launch attributes of `options`.
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+            LaunchOptions options, Args... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attrs[2];
+  unsigned n = 0;
+  if (options.cooperative) {
+    attrs[n].id = cudaLaunchAttributeCooperative;
+    attrs[n++].val.cooperative = 1;
+  }
+  if (options.pdl && pdl_enabled()) {
+    attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  config.attrs = attrs;
+  config.numAttrs = n;
+  COURSE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...));
+}
+#endif
 
 #ifdef __CUDACC__
 // Sums v[0..K) over the block: warp shuffles, then one value per warp through shared memory.

@@ -2,12 +2,15 @@
 //
 //   forward(x, bias, scale, version=3) -> y            versions 1, 2, 3 (fused_bias_relu.cu's header)
 //   forward_mask(x, bias, scale) -> [y, mask]          mask (bool): where relu let z through
+//   forward_bits(x, bias, scale) -> [y, bits]          the same as a bit mask: int32 [ceil(numel / 32)],
+//                                                      bit e % 32 of word e / 32 for flat element e
 //   forward_(x, bias, scale) -> x                      in place: x now holds y
-//   backward(grad_y, x, bias, scale, need_bias_grad=True) -> [grad_x, grad_bias or None]
-//   backward_from_mask(grad_y, mask, scale, need_bias_grad=True) -> [grad_x, grad_bias or None]
-//       mask: forward_mask's bool mask, or the output y itself (relu'(z) = 1 exactly where y > 0)
-//   fused_bias_relu(x, bias, scale) -> y               differentiable: a C++ torch::autograd::Function
-//                                                      that saves y (helpers' fused_bias_relu default)
+//   backward(grad_y, x, bias, scale, need_bias_grad=True, version=2) -> [grad_x, grad_bias or None]
+//   backward_from_mask(grad_y, mask, scale, need_bias_grad=True, version=2) -> [grad_x, grad_bias or None]
+//       mask: forward_mask's bool mask, forward_bits' bits, or the output y (relu'(z) = 1 exactly where y >
+//       0)
+//   fused_bias_relu(x, bias, scale, save_bits=True) -> y   differentiable: a C++ torch::autograd::Function
+//                                                      saving the bits, or y (helpers' fused_bias_relu)
 //   square(x) -> x * x                                 differentiable: the exercise (square.cuh)
 //
 // x is [..., C] of float32/float64/float16/bfloat16, bias is [C] of the same dtype on the same device,
@@ -31,13 +34,14 @@
 
 #include "fused_bias_relu.h"
 #else
-enum class Saved { kInput, kOutput, kMask };  // as in fused_bias_relu.h, which needs the CUDA headers
+enum class Saved { kInput, kOutput, kMask, kBits };  // as in fused_bias_relu.h (which needs CUDA headers)
 #endif
 
 namespace {
 
-constexpr int64_t kDefaultVersion = 3;  // the forward kernel used by default (v2 where v3 cannot run)
-constexpr int64_t kGrain = 32768;       // elements per CPU task
+constexpr int64_t kDefaultVersion = 3;          // the forward kernel used by default (v2 where v3 cannot run)
+constexpr int64_t kDefaultBackwardVersion = 2;  // one cooperative kernel (v1 where that cannot run)
+constexpr int64_t kGrain = 32768;               // elements per CPU task
 constexpr int64_t kMaxChunks = 256;
 
 // relu lets z through where z > 0 (and where z is NaN, like torch.relu).
@@ -68,6 +72,21 @@ void forward_cpu(const T* x, const T* bias, acc_t scale, T* y, bool* mask, int64
   });
 }
 
+// The bit mask of forward_bits: bit e % 32 of word e / 32 is relu'(z) of flat element e. One task per
+// range of words, each word from its own 32 elements: no two threads write the same word.
+template <typename T, typename acc_t>
+void bits_cpu(const T* x, const T* bias, acc_t scale, uint32_t* bits, int64_t n, int64_t cols) {
+  at::parallel_for(0, (n + 31) / 32, std::max<int64_t>(1, kGrain / 32), [&](int64_t begin, int64_t end) {
+    for (int64_t w = begin; w < end; ++w) {
+      uint32_t word = 0;
+      for (int64_t e = w * 32; e < std::min(n, w * 32 + 32); ++e)
+        word |= uint32_t(passes(static_cast<acc_t>(x[e]) * scale + static_cast<acc_t>(bias[e % cols])))
+                << (e % 32);
+      bits[w] = word;
+    }
+  });
+}
+
 // Rows r0..r1 of grad_x, adding each column's kept grad_y into s. Every load is unconditional and
 // relu' is a select, so the compiler vectorizes the loop. `saved` is x (with b), y, or the mask.
 template <Saved S, typename T, typename acc_t>
@@ -82,8 +101,10 @@ void backward_rows(const T* gy, const void* saved, const acc_t* b, acc_t scale, 
         through = passes(static_cast<acc_t>(static_cast<const T*>(saved)[i]) * scale + b[c]);
       else if constexpr (S == Saved::kOutput)
         through = passes(static_cast<acc_t>(static_cast<const T*>(saved)[i]));
-      else
+      else if constexpr (S == Saved::kMask)
         through = static_cast<const uint8_t*>(saved)[i] != 0;  // bool's bytes, read as numbers
+      else
+        through = (static_cast<const uint32_t*>(saved)[i / 32] >> (i % 32)) & 1u;
       const acc_t gv = static_cast<acc_t>(gy[i]);
       const acc_t g = through ? gv : acc_t(0);
       gx[i] = static_cast<T>(g * scale);
@@ -149,15 +170,18 @@ struct OnDevice {  // the device guard and PyTorch's current stream there
 };
 #endif
 
-// y = relu(x * scale + bias) into y (which may be x), and the mask when it is defined.
+// y = relu(x * scale + bias) into y (which may be x), and the mask and the bit mask when given.
 void forward_into(const at::Tensor& x, const at::Tensor& bias, double scale, at::Tensor& y, at::Tensor* mask,
-                  int64_t version) {
+                  int64_t version, at::Tensor* bits = nullptr) {
   const int64_t rows = rows_of(x), cols = x.size(-1);
   if (rows == 0 || cols == 0) return;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "fused_bias_relu_forward", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     bool* m = mask ? mask->data_ptr<bool>() : nullptr;
+    uint32_t* bw = bits ? reinterpret_cast<uint32_t*>(bits->data_ptr<int32_t>()) : nullptr;
     if (x.is_cpu()) {
+      if (bw)  // before y: y may be x
+        bits_cpu(x.data_ptr<scalar_t>(), bias.data_ptr<scalar_t>(), acc_t(scale), bw, x.numel(), cols);
       auto cpu = m ? forward_cpu<scalar_t, acc_t, true> : forward_cpu<scalar_t, acc_t, false>;
       cpu(x.data_ptr<scalar_t>(), bias.data_ptr<scalar_t>(), acc_t(scale), y.data_ptr<scalar_t>(), m, rows,
           cols);
@@ -173,14 +197,17 @@ void forward_into(const at::Tensor& x, const at::Tensor& bias, double scale, at:
                      rows, cols, on.stream);
     else
       fbr_forward_v3(cuda_ptr<scalar_t>(x), cuda_ptr<scalar_t>(bias), acc_t(scale), cuda_ptr<scalar_t>(y), m,
-                     rows, cols, on.stream);
+                     bw, rows, cols, on.stream);
 #endif
   });
 }
 
 // grad_x and grad_bias from grad_y and what forward saved (x and bias, y, or the mask).
 std::vector<at::Tensor> backward_from(const at::Tensor& grad_y_in, const at::Tensor& saved_in, Saved kind,
-                                      const at::Tensor& bias_in, double scale, bool need_bias_grad) {
+                                      const at::Tensor& bias_in, double scale, bool need_bias_grad,
+                                      int64_t version) {
+  TORCH_CHECK_VALUE(version == 1 || version == 2, "version must be 1 or 2 (backward), got ",
+                    std::to_string(version));
   const at::Tensor grad_y = grad_y_in.contiguous(), saved = saved_in.contiguous();
   const at::Tensor bias = kind == Saved::kInput ? bias_in.contiguous() : at::Tensor();
   const int64_t rows = rows_of(grad_y), cols = grad_y.size(-1);
@@ -204,8 +231,10 @@ std::vector<at::Tensor> backward_from(const at::Tensor& grad_y_in, const at::Ten
             backward_cpu<Saved::kInput>(gy, sv, b.data(), s, gx, gb, rows, cols);
           } else if (kind == Saved::kOutput) {
             backward_cpu<Saved::kOutput>(gy, sv, static_cast<const acc_t*>(nullptr), s, gx, gb, rows, cols);
-          } else {
+          } else if (kind == Saved::kMask) {
             backward_cpu<Saved::kMask>(gy, sv, static_cast<const acc_t*>(nullptr), s, gx, gb, rows, cols);
+          } else {
+            backward_cpu<Saved::kBits>(gy, sv, static_cast<const acc_t*>(nullptr), s, gx, gb, rows, cols);
           }
           return;
         }
@@ -217,12 +246,13 @@ std::vector<at::Tensor> backward_from(const at::Tensor& grad_y_in, const at::Ten
         at::Tensor partials;
         if (need_bias_grad) {
           const int parts = fbr_backward_partial_rows(cuda_ptr<scalar_t>(grad_y), sv, kind, b,
-                                                      cuda_ptr<scalar_t>(grad_x), rows, cols);
+                                                      cuda_ptr<scalar_t>(grad_x), rows, cols, int(version));
           partials = at::empty({parts, cols}, grad_y.options().dtype(acc_dtype(grad_y)));
         }
         fbr_backward(cuda_ptr<scalar_t>(grad_y), sv, kind, b, acc_t(scale), cuda_ptr<scalar_t>(grad_x),
                      need_bias_grad ? partials.data_ptr<acc_t>() : nullptr,
-                     need_bias_grad ? cuda_ptr<scalar_t>(grad_bias) : nullptr, rows, cols, on.stream);
+                     need_bias_grad ? cuda_ptr<scalar_t>(grad_bias) : nullptr, rows, cols, int(version),
+                     on.stream);
 #endif
       });
   return {grad_x, grad_bias};
@@ -252,6 +282,18 @@ std::vector<at::Tensor> forward_mask(const at::Tensor& x_in, const at::Tensor& b
   return {y, mask};
 }
 
+// Words of 32 bits for n elements.
+int64_t bit_words(int64_t n) { return (n + 31) / 32; }
+
+std::vector<at::Tensor> forward_bits(const at::Tensor& x_in, const at::Tensor& bias_in, double scale) {
+  check_bias(x_in, bias_in);
+  const at::Tensor x = x_in.contiguous(), bias = bias_in.contiguous();
+  at::Tensor y = at::empty_like(x);
+  at::Tensor bits = at::empty({bit_words(x.numel())}, x.options().dtype(at::kInt));
+  forward_into(x, bias, scale, y, nullptr, kDefaultVersion, &bits);
+  return {y, bits};
+}
+
 // In place, like torch's own `relu_`: x is overwritten and its version counter goes up, so autograd
 // notices if x was saved for some backward. Differentiable only through an autograd Function that
 // calls ctx.mark_dirty(x) (helpers/ops/fused_bias_relu.py), hence the check on requires_grad.
@@ -274,54 +316,66 @@ at::Tensor forward_(at::Tensor& x, const at::Tensor& bias_in, double scale) {
 }
 
 std::vector<at::Tensor> backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& bias,
-                                 double scale, bool need_bias_grad) {
+                                 double scale, bool need_bias_grad, int64_t version) {
   check_bias(x, bias);
   check_grad_y(grad_y, x, "x");
   check_same_dtype(grad_y, "grad_y", x, "x");
-  return backward_from(grad_y, x, Saved::kInput, bias, scale, need_bias_grad);
+  return backward_from(grad_y, x, Saved::kInput, bias, scale, need_bias_grad, version);
 }
 
 std::vector<at::Tensor> backward_from_mask(const at::Tensor& grad_y, const at::Tensor& mask, double scale,
-                                           bool need_bias_grad) {
+                                           bool need_bias_grad, int64_t version) {
   check_floating(grad_y, "grad_y");
   check_cuda_built(grad_y, "grad_y");
   TORCH_CHECK_VALUE(grad_y.dim() >= 1, "grad_y must have at least one dimension, got a 0-d tensor");
   TORCH_CHECK_VALUE(mask.defined(), "mask must be a tensor, got None");
   check_same_device(mask, "mask", grad_y, "grad_y");
-  check_shape(mask, "mask", grad_y.sizes());
-  const bool is_mask = mask.scalar_type() == at::kBool;
-  TORCH_CHECK_TYPE(is_mask || mask.scalar_type() == grad_y.scalar_type(),
-                   "mask must be bool (from forward_mask) or the output y (the dtype of grad_y, ",
-                   grad_y.scalar_type(), "), got ", mask.scalar_type());
-  return backward_from(grad_y, mask, is_mask ? Saved::kMask : Saved::kOutput, at::Tensor(), scale,
-                       need_bias_grad);
+  const auto type = mask.scalar_type();
+  TORCH_CHECK_TYPE(
+      type == at::kBool || type == at::kInt || type == grad_y.scalar_type(),
+      "mask must be bool (from forward_mask), int32 bits (from forward_bits) or the output y (the "
+      "dtype of grad_y, ",
+      grad_y.scalar_type(), "), got ", type);
+  if (type == at::kInt)
+    check_shape(mask, "mask (int32 bits)", {bit_words(grad_y.numel())});
+  else
+    check_shape(mask, "mask", grad_y.sizes());
+  const Saved kind = type == at::kBool ? Saved::kMask : (type == at::kInt ? Saved::kBits : Saved::kOutput);
+  return backward_from(grad_y, mask, kind, at::Tensor(), scale, need_bias_grad, version);
 }
 
 // The same op as a C++ autograd Function: the graph node is C++, so backward runs without Python (the
-// least CPU time per call, which on a mid-size tensor is a visible share of the time). It saves its
-// output y, like native relu and the helpers' save="output": relu'(z) = 1 exactly where y > 0, and y
-// is kept anyway by whatever uses it, so no extra memory.
+// least CPU time per call, which on a mid-size tensor is a visible share of the time). By default it
+// saves the bit mask of forward_bits: backward then reads 1 bit per element instead of y's 2 or 4 bytes
+// (a third less memory traffic for a bfloat16 backward), for numel / 8 bytes kept between the passes.
+// With save_bits=false it saves y, like native relu: no extra memory when something keeps y anyway.
 class FusedBiasReluFunction : public torch::autograd::Function<FusedBiasReluFunction> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
-                            const at::Tensor& bias, double scale) {
-    at::Tensor y = ::forward(x, bias, scale, kDefaultVersion);
-    ctx->save_for_backward({y});
+                            const at::Tensor& bias, double scale, bool save_bits) {
     ctx->saved_data["scale"] = scale;
-    return y;
+    if (!save_bits) {
+      at::Tensor y = ::forward(x, bias, scale, kDefaultVersion);
+      ctx->save_for_backward({y});
+      return y;
+    }
+    auto out = forward_bits(x, bias, scale);  // [y, bits]
+    ctx->save_for_backward({out[1]});
+    return out[0];
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
-    const at::Tensor y = ctx->get_saved_variables()[0];
+    const at::Tensor saved = ctx->get_saved_variables()[0];  // the bits or y: backward_from_mask takes both
     const bool need_x = ctx->needs_input_grad(0), need_bias = ctx->needs_input_grad(1);
-    auto grads = backward_from_mask(grad_outputs[0], y, ctx->saved_data["scale"].toDouble(), need_bias);
-    return {need_x ? grads[0] : at::Tensor(), grads[1], at::Tensor()};  // one per input; none for scale
+    auto grads = backward_from_mask(grad_outputs[0], saved, ctx->saved_data["scale"].toDouble(), need_bias,
+                                    kDefaultBackwardVersion);
+    return {need_x ? grads[0] : at::Tensor(), grads[1], at::Tensor(), at::Tensor()};  // none for the numbers
   }
 };
 
-at::Tensor fused_bias_relu(const at::Tensor& x, const at::Tensor& bias, double scale) {
-  return FusedBiasReluFunction::apply(x, bias, scale);
+at::Tensor fused_bias_relu(const at::Tensor& x, const at::Tensor& bias, double scale, bool save_bits) {
+  return FusedBiasReluFunction::apply(x, bias, scale, save_bits);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -392,15 +446,22 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("scale") = 1.0, py::arg("version") = kDefaultVersion);
   m.def("forward_mask", &forward_mask, "[y, mask]: mask (bool) is where relu let x * scale + bias through",
         py::arg("x"), py::arg("bias"), py::arg("scale") = 1.0);
+  m.def("forward_bits", &forward_bits,
+        "[y, bits]: bits (int32, ceil(numel / 32) words) has bit e % 32 of word e / 32 set where relu let "
+        "element e through",
+        py::arg("x"), py::arg("bias"), py::arg("scale") = 1.0);
   m.def("forward_", &forward_, "in place: x = relu(x * scale + bias); returns x", py::arg("x"),
         py::arg("bias"), py::arg("scale") = 1.0);
   m.def("backward", &backward, "[grad_x, grad_bias (None unless need_bias_grad)] from the input x",
         py::arg("grad_y"), py::arg("x"), py::arg("bias"), py::arg("scale") = 1.0,
-        py::arg("need_bias_grad") = true);
-  m.def("backward_from_mask", &backward_from_mask,
-        "[grad_x, grad_bias (None unless need_bias_grad)] from forward_mask's mask or from the output y",
-        py::arg("grad_y"), py::arg("mask"), py::arg("scale") = 1.0, py::arg("need_bias_grad") = true);
+        py::arg("need_bias_grad") = true, py::arg("version") = kDefaultBackwardVersion);
+  m.def(
+      "backward_from_mask", &backward_from_mask,
+      "[grad_x, grad_bias (None unless need_bias_grad)] from forward_mask's mask, forward_bits' bits or the "
+      "output y",
+      py::arg("grad_y"), py::arg("mask"), py::arg("scale") = 1.0, py::arg("need_bias_grad") = true,
+      py::arg("version") = kDefaultBackwardVersion);
   m.def("fused_bias_relu", &fused_bias_relu, "differentiable relu(x * scale + bias): a C++ autograd Function",
-        py::arg("x"), py::arg("bias"), py::arg("scale") = 1.0);
+        py::arg("x"), py::arg("bias"), py::arg("scale") = 1.0, py::arg("save_bits") = true);
   m.def("square", &square, "differentiable x * x: the exercise, as a C++ autograd Function", py::arg("x"));
 }

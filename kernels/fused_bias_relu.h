@@ -11,6 +11,7 @@ enum class Saved {
   kInput,   // x (and bias): recompute z = x * scale + bias
   kOutput,  // y = relu(z): z > 0 exactly where y > 0
   kMask,    // a 1-byte mask (a bool tensor) written by forward
+  kBits,    // a bit mask written by forward v3: bit e % 32 of 32-bit word e / 32 for flat element e
 };
 
 template <typename T>
@@ -20,20 +21,24 @@ void fbr_forward_v1(const T* x, const T* bias, Acc<T> scale, T* y, int64_t rows,
 template <typename T>
 void fbr_forward_v2(const T* x, const T* bias, Acc<T> scale, T* y, bool* mask, int64_t rows, int64_t cols,
                     cudaStream_t stream);
-// v3: one Pack per thread over the flat tensor (the default); v2 when cols or a pointer does not allow Packs.
+// v3: one Pack per thread over the flat tensor (the default); v2 when cols or a pointer does not allow Packs
+// (v3 with one value per thread when `bits` is wanted). `bits` (may be null): ceil(rows * cols / 32) words.
 template <typename T>
-void fbr_forward_v3(const T* x, const T* bias, Acc<T> scale, T* y, bool* mask, int64_t rows, int64_t cols,
-                    cudaStream_t stream);
+void fbr_forward_v3(const T* x, const T* bias, Acc<T> scale, T* y, bool* mask, uint32_t* bits, int64_t rows,
+                    int64_t cols, cudaStream_t stream);
 
-// `saved` is x (kInput, and then bias is used), y (kOutput) or the mask (kMask, bool).
+// `saved` is x (kInput, and then bias is used), y (kOutput), the mask (kMask, bool) or the bits (kBits).
 // grad_bias is written when it is not null, through `partials`: a scratch buffer of
-// fbr_backward_partial_rows(...) * cols values of Acc<T>, from the same arguments.
+// fbr_backward_partial_rows(...) * cols values of Acc<T>, from the same arguments. version 1: two kernels
+// (grad_x and per-block partial sums, then a small kernel adds them); 2 (the default): one cooperative
+// kernel that also adds them (v1 where the GPU cannot launch cooperatively, or without grad_bias).
 template <typename T>
 int fbr_backward_partial_rows(const T* grad_y, const void* saved, Saved kind, const T* bias, const T* grad_x,
-                              int64_t rows, int64_t cols);
+                              int64_t rows, int64_t cols, int version);
 template <typename T>
 void fbr_backward(const T* grad_y, const void* saved, Saved kind, const T* bias, Acc<T> scale, T* grad_x,
-                  Acc<T>* partials, T* grad_bias, int64_t rows, int64_t cols, cudaStream_t stream);
+                  Acc<T>* partials, T* grad_bias, int64_t rows, int64_t cols, int version,
+                  cudaStream_t stream);
 
 // The exercise (kernels/exercises/square.cuh): y = x * x and grad_x = 2 * x * grad_y, one thread each.
 template <typename T>

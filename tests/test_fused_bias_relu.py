@@ -59,6 +59,40 @@ def test_forward_matches_reference(ext, device, dtype, shape):
     assert torch.equal(yd, y3)  # v3 is the default
     check.assert_close(ym, want, name="y (forward_mask)")
     assert mask.dtype == torch.bool and torch.equal(mask, (x.double() * SCALE + b.double()) > 0)
+    with check.poisoned():
+        yb, bits = ext.forward_bits(x, b, SCALE)
+    assert torch.equal(yb, y3)
+    assert bits.dtype == torch.int32 and torch.equal(bits, pack_bits(mask))
+
+
+def pack_bits(mask):
+    """The bit mask layout of forward_bits, built in PyTorch: bit e % 32 of word e / 32."""
+    flat = mask.flatten().to(torch.int64)
+    flat = torch.cat([flat, flat.new_zeros(-flat.numel() % 32)]).view(-1, 32)
+    words = (flat << torch.arange(32, device=flat.device)).sum(1)
+    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)  # the same 32 bits, signed
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("which", ["x", "bias", "none"])
+def test_bits_on_misaligned_views_and_nan(ext, device, dtype, which):
+    """forward_bits from a view one element past 16 bytes (one value per thread on a GPU), with NaNs,
+    which relu lets through (so their bit is set, as in the bool mask)."""
+    x, b, g = inputs((37, 24), dtype, device)
+    x[3, 5] = float("nan")
+    base = torch.empty(x.numel() + 1, device=device, dtype=dtype)
+    xs = base[1:].view(x.shape) if which == "x" else x
+    xs.copy_(x)
+    bbase = torch.empty(25, device=device, dtype=dtype)
+    bs = bbase[1:] if which == "bias" else b
+    bs.copy_(b)
+    y, mask = ext.forward_mask(x, b, SCALE)
+    yb, bits = ext.forward_bits(xs, bs, SCALE)
+    assert torch.equal(bits, pack_bits(mask)) and bool(mask[3, 5])
+    assert torch.equal(yb.nan_to_num(7.0), y.nan_to_num(7.0))
+    want = ext.backward_from_mask(g, mask, SCALE)
+    got = ext.backward_from_mask(g, bits, SCALE)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -71,6 +105,7 @@ def test_backward_matches_autograd_from_input_mask_and_output(ext, device, dtype
         results = {
             "input": ext.backward(g, x, b, SCALE, True),
             "mask": ext.backward_from_mask(g, mask, SCALE, True),
+            "bits": ext.backward_from_mask(g, ext.forward_bits(x, b, SCALE)[1], SCALE, True),
             "output": ext.backward_from_mask(g, y, SCALE, True),
         }
     for saved, (gx, gb) in results.items():
@@ -108,14 +143,16 @@ def test_forward_v3_awkward_shapes_and_in_place(ext, device, dtype, shape):
     assert torch.equal(t, y)
 
 
-def test_default_function_is_the_cpp_one_and_saves_y(ext, device):
+def test_default_function_is_the_cpp_one_and_saves_bits(ext, device):
     x = torch.randn(6, 40, device=device, requires_grad=True)
     b = torch.randn(40, device=device, requires_grad=True)
     y = fbr.fused_bias_relu(x, b, SCALE)
     assert y.grad_fn.name().endswith("CppNode<FusedBiasReluFunction>")
     assert fbr.fused_bias_relu_python(x, b, SCALE).grad_fn.name() == "FusedBiasReluBackward"
     saved = fbr.saved_tensors(lambda x, b: ext.fused_bias_relu(x, b, SCALE), x, b)
-    assert [r[3] for r in saved] == ["the output"]
+    assert [(r[0], r[1], r[3]) for r in saved] == [((8,), torch.int32, "new")]  # 240 bits in 8 words
+    python = fbr.saved_tensors(lambda x, b: fbr.fused_bias_relu_python(x, b, SCALE), x, b)
+    assert [(r[0], r[1], r[3]) for r in python] == [((8,), torch.int32, "new")]
 
 
 def test_gradcheck_cpp_function_and_in_place(ext, device):
@@ -263,10 +300,14 @@ def test_bad_backward_input_names_the_argument(ext, device):
         ext.backward_from_mask(x, torch.ones(2, 3, device=device, dtype=torch.int8))
     with pytest.raises(ValueError, match="mask must have shape"):
         ext.backward_from_mask(x, torch.ones(3, device=device, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"mask \(int32 bits\) must have shape \[1\]"):
+        ext.backward_from_mask(x, torch.ones(2, device=device, dtype=torch.int32))
     with pytest.raises(RuntimeError, match="mask must be on the same device as grad_y"):
         ext.backward_from_mask(x, torch.ones(2, 3, device="meta", dtype=torch.bool))
     with pytest.raises(ValueError, match="version must be 1, 2 or 3"):
         ext.forward(x, b, 1.0, 4)
+    with pytest.raises(ValueError, match="version must be 1 or 2"):
+        ext.backward(x, x, b, 1.0, True, 3)
     with pytest.raises(ValueError, match="save must be one of"):
         fbr.fused_bias_relu(x, b, save="nothing")
 
@@ -410,17 +451,26 @@ def test_forward_v3_matches_v2_and_backward_on_large_inputs(ext, dtype, shape):
 
 
 @needs_gpu
-@pytest.mark.parametrize("shape", [(4096, 4096), (1 << 20, 3), (7, 1 << 17)])
-def test_bias_gradient_is_deterministic_and_right_on_large_inputs(ext, shape):
+@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("shape", [(4096, 4096), (1 << 20, 3), (7, 1 << 17), (1, 5), (33, 1000), (40000, 24)])
+def test_bias_gradient_is_deterministic_and_right_on_large_inputs(ext, shape, version):
+    """Backward v1 (two kernels) and v2 (one cooperative kernel): the same grad_x bits, grad_bias right
+    and the same bits on every call."""
     x, b, g = (t.cuda() for t in inputs(shape, torch.float32, "cpu"))
     y, mask = ext.forward_mask(x, b, SCALE)
     want = (g.double() * (y > 0)).sum(0).float()
-    for run in (lambda: ext.backward(g, x, b, SCALE), lambda: ext.backward_from_mask(g, y, SCALE)):
-        first = run()[1]  # each kernel adds in a fixed order: the same bits every time
+    want_x = ext.backward_from_mask(g, y, SCALE, False)[0]
+    runs = (
+        lambda: ext.backward(g, x, b, SCALE, True, version),
+        lambda: ext.backward_from_mask(g, y, SCALE, True, version),
+        lambda: ext.backward_from_mask(g, mask, SCALE, True, version),
+    )
+    for run in runs:
+        gx, first = run()  # each kernel adds in a fixed order: the same bits every time
+        assert torch.equal(gx, want_x)
         for _ in range(3):
             assert torch.equal(run()[1], first)
         check.assert_close(first, want, **bias_tol(x))
-    assert torch.equal(ext.backward_from_mask(g, mask, SCALE)[1], ext.backward_from_mask(g, mask, SCALE)[1])
 
 
 @needs_gpu
