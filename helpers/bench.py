@@ -55,6 +55,24 @@ def _cuda_events(fn, warmup_ms=25, rep_ms=100) -> list[float]:
     return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
 
+def graphed(fn):
+    """fn captured in a CUDA graph; returns the graph's replay (no arguments). Replaying runs the same
+    kernels on the same tensors with no Python, dispatcher or autograd-engine time between them, which is
+    how torch.compile(mode="reduce-overhead") and torch.cuda.make_graphed_callables run a training step.
+    Time a replay to see the GPU time of a sequence whose CPU time is longer than its GPU time (eager
+    forward+backward of a mid-size tensor: the GPU would wait for the CPU, and events would time that)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up off the capture: allocator, cuBLAS and compile caches
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
 def time(fn, *, device: str | torch.device | None = None, rep_ms: int = 100) -> Timing:
     """Time fn() (no arguments). `device` defaults to CUDA when available."""
     if device is None:
@@ -94,13 +112,16 @@ def copy_gbps(nbytes: int, device: str | torch.device | None = None) -> float:
     return _copy_gbps(int(nbytes), device)
 
 
-def compare(fns: dict, *, nbytes: int, device=None, **labels) -> list[dict]:
+def compare(fns: dict, *, nbytes: int, device=None, graph: bool = False, **labels) -> list[dict]:
     """Time each fn and return one row per implementation: ms, GB/s, % of copy, and the labels given
-    (op=..., shape=..., dtype=...). `nbytes` is the fewest bytes the op must move."""
+    (op=..., shape=..., dtype=...). `nbytes` is the fewest bytes the op must move. graph=True times each
+    fn as a CUDA graph replay (see `graphed`; CUDA only, ignored on the CPU)."""
     device = str(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     copy = copy_gbps(nbytes, device)
     rows = []
     for impl, fn in fns.items():
+        if graph and torch.device(device).type == "cuda":
+            fn = graphed(fn)
         t = time(fn, device=device)
         rows.append(
             dict(

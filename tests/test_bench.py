@@ -51,3 +51,23 @@ def test_cuda_timing_sees_bandwidth():
     gbps = t.gbps(2 * x.nbytes)
     assert 100 < gbps < 20000
     assert 0.5 < bench.copy_gbps(2 * x.nbytes) / gbps < 2
+
+
+@needs_gpu
+def test_graphed_replays_the_captured_work_on_new_data():
+    """A graph replays the kernels on the same tensors: change the input in place and the output follows."""
+    x = torch.randn(1024, device="cuda", requires_grad=True)
+    out = {}
+
+    def step():
+        y = (x * 3).relu()
+        (out["grad"],) = torch.autograd.grad(y.sum(), x)
+
+    replay = bench.graphed(step)
+    with torch.no_grad():
+        x.copy_(torch.linspace(-1, 1, 1024, device="cuda"))
+    replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out["grad"], (x.detach() > 0).float() * 3)
+    rows = bench.compare({"step": step}, nbytes=8 * 1024, graph=True, op="t")
+    assert rows[0]["ms"] > 0
