@@ -15,6 +15,7 @@
 //                             at once, so grid.sync() is allowed) and/or programmatic dependent launch
 //   wait_for_previous_grid()  (device) PDL: wait until the kernel before this one in the stream is done
 //   allow_next_grid()         (device) PDL: the next kernel in the stream may start launching now
+//   add_columns_in_order(...) (device) after grid.sync: the blocks add columns of partial sums, fixed order
 #pragma once
 
 #include <cuda_bf16.h>
@@ -134,6 +135,50 @@ __device__ __forceinline__ void allow_next_grid() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;");
 #endif
+}
+
+// The end of a deterministic column reduction, run by every block after grid.sync(): Q columns, column q
+// being the P partial sums start(q)[0], start(q)[stride], start(q)[2 * stride], ... written by the grid.
+// The columns are split evenly over the `blocks` blocks (this is block `block`); within a block, S
+// segments of threads take partial rows seg, seg + S, ... of each of its columns (eight loads in flight,
+// added in row order), then the S segment sums are added in order. The split depends only on Q, P,
+// the grid and the block size, never on timing: the same bits on every run. store(q, sum) writes a
+// result; `scratch` (shared) holds at least one value per thread. Loads use __ldcg (L2): other SMs wrote
+// the partials.
+template <typename acc_t, typename Start, typename Store>
+__device__ void add_columns_in_order(int64_t Q, int64_t block, int64_t blocks, int P, int64_t stride,
+                                     Start start, Store store, acc_t* scratch) {
+  const int threads = blockDim.x * blockDim.y, t = threadIdx.y * blockDim.x + threadIdx.x;
+  const int64_t q0 = block * Q / blocks;
+  const int qn = int((block + 1) * Q / blocks - q0);  // this block's columns
+  if (qn == 0) return;                                // the same for the whole block
+  const int S = max(1, min(P, threads / qn));
+  for (int i = t; i < S * qn; i += threads) {
+    const int seg = i / qn;
+    const int64_t q = q0 + i % qn;
+    const acc_t* src = start(q);
+    acc_t sum = 0;
+    int p = seg;
+    for (; p + 7 * S < P; p += 8 * S) {
+      acc_t v[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) v[k] = __ldcg(src + int64_t(p + k * S) * stride);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) sum += v[k];
+    }
+    for (; p < P; p += S) sum += __ldcg(src + int64_t(p) * stride);
+    if (S == 1)
+      store(q, sum);
+    else
+      scratch[i] = sum;  // S * qn <= threads: one pass of the loop
+  }
+  if (S == 1) return;
+  __syncthreads();
+  for (int i = t; i < qn; i += threads) {
+    acc_t sum = 0;
+    for (int seg = 0; seg < S; ++seg) sum += scratch[seg * qn + i];
+    store(q0 + i, sum);
+  }
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...) with the launch attributes of `options`.

@@ -176,45 +176,16 @@ __device__ __forceinline__ bool let_through(V saved, acc_t scale, acc_t b) {
     return saved != 0;
 }
 
-// The end of backward v2: grad_bias[c] = the sum over p of partials[p][c] (P rows), inside the backward
-// kernel after grid.sync. The columns are split evenly over the G blocks of the grid; within a block,
-// S segments of threads take rows seg, seg + S, ... of each of its columns (added in row order), then
-// the S segment sums are added in order. The split depends only on the grid and cols, never on timing:
-// the same bits on every run. Partials are read with __ldcg (from L2: other SMs wrote them).
+// The end of backward v2: grad_bias[c] = the sum over p of partials[p][c] (P = gridDim.y rows), inside
+// the backward kernel after grid.sync: common.h's add_columns_in_order splits the columns over all the
+// blocks of the grid and adds each in a fixed order (the same bits on every run).
 template <typename T, typename acc_t>
-__device__ void finish_column_sums(const acc_t* partials, int P, int64_t cols, T* __restrict__ grad_bias,
+__device__ void finish_column_sums(const acc_t* partials, int64_t cols, T* __restrict__ grad_bias,
                                    acc_t* scratch) {
-  const int64_t G = int64_t(gridDim.x) * gridDim.y, g = blockIdx.y * int64_t(gridDim.x) + blockIdx.x;
-  const int threads = blockDim.x * blockDim.y, t = threadIdx.y * blockDim.x + threadIdx.x;
-  const int64_t q0 = g * cols / G;
-  const int qn = int((g + 1) * cols / G - q0);
-  if (qn == 0) return;  // the same for the whole block
-  const int S = max(1, min(P, threads / qn));
-  for (int i = t; i < S * qn; i += threads) {
-    const int seg = i / qn;
-    const int64_t q = q0 + i % qn;
-    acc_t sum = 0;
-    int p = seg;
-    for (; p + 3 * S < P; p += 4 * S) {
-      acc_t v[4];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) v[k] = __ldcg(partials + int64_t(p + k * S) * cols + q);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) sum += v[k];
-    }
-    for (; p < P; p += S) sum += __ldcg(partials + int64_t(p) * cols + q);
-    if (S == 1)
-      grad_bias[q] = from_acc<T>(sum);
-    else
-      scratch[i] = sum;  // S * qn <= threads: one pass of the loop
-  }
-  if (S == 1) return;
-  __syncthreads();
-  for (int i = t; i < qn; i += threads) {
-    acc_t sum = 0;
-    for (int seg = 0; seg < S; ++seg) sum += scratch[seg * qn + i];
-    grad_bias[q0 + i] = from_acc<T>(sum);
-  }
+  const int64_t block = blockIdx.y * int64_t(gridDim.x) + blockIdx.x, blocks = int64_t(gridDim.x) * gridDim.y;
+  add_columns_in_order(
+      cols, block, blocks, int(gridDim.y), cols, [&](int64_t q) { return partials + q; },
+      [&](int64_t q, acc_t v) { grad_bias[q] = from_acc<T>(v); }, scratch);
 }
 
 // The grid of forward v2, plus the bias-gradient sums: per thread in registers, then per block over
@@ -297,7 +268,7 @@ __global__ void FBR_BACKWARD_BOUNDS backward_kernel(const T* __restrict__ grad_y
     // v2: every block's partial row is written once all blocks arrive here (a cooperative launch: the
     // whole grid is resident, and grid.sync fences memory); then the blocks split the column sums.
     cooperative_groups::this_grid().sync();
-    finish_column_sums(partials, int(gridDim.y), cols, grad_bias, red);
+    finish_column_sums(partials, cols, grad_bias, red);
   }
 }
 

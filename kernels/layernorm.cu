@@ -390,52 +390,20 @@ __global__ void backward_v1_dwdb_kernel(const T* __restrict__ dy, const T* __res
 }
 
 // The end of a fused backward v2 (config 3, 4): grad_weight and grad_bias from the [2][G][N] partial
-// sums of the G = gridDim.x blocks, inside the same kernel. The 2N column sums are split evenly over the
-// blocks; within a block, S segments of threads take rows seg, seg + S, ... of each column (eight loads
-// in flight, added in row order), and then the S segment sums are added in order seg = 0, 1, ... The
-// split depends only on G, N and the block size, never on timing: the same bits on every run. `scratch`
-// (shared) holds at least one value per thread. Partials are read with __ldcg (L2): other SMs wrote them.
+// sums of the G = gridDim.x blocks, inside the same kernel (common.h's add_columns_in_order: 2N columns,
+// grad_weight's then grad_bias's, each added over the G blocks in a fixed order).
 template <typename acc_t, typename T>
 __device__ __forceinline__ void finish_column_sums(const acc_t* partials, int N, T* __restrict__ dw,
                                                    T* __restrict__ db, acc_t* scratch) {
-  const int G = gridDim.x, threads = blockDim.x * blockDim.y, t = threadIdx.y * blockDim.x + threadIdx.x;
-  const int64_t Q = 2 * int64_t(N), q0 = blockIdx.x * Q / G;
-  const int qn = int((blockIdx.x + 1) * Q / G - q0);  // this block's columns (of grad_weight, then grad_bias)
-  if (qn == 0) return;                                // the same for the whole block
-  const int S = max(1, min(G, threads / qn));
+  const int G = gridDim.x;
+  const auto start = [&](int64_t q) { return q < N ? partials + q : partials + int64_t(G) * N + (q - N); };
   const auto store = [&](int64_t q, acc_t v) {
     if (q < N)
       dw[q] = from_acc<T>(v);
     else
       db[q - N] = from_acc<T>(v);
   };
-  for (int i = t; i < S * qn; i += threads) {
-    const int seg = i / qn;
-    const int64_t q = q0 + i % qn;
-    const int m = q < N ? 0 : 1, j = int(q - int64_t(m) * N);
-    const acc_t* src = partials + int64_t(m) * G * N + j;
-    acc_t sum = 0;
-    int g = seg;
-    for (; g + 7 * S < G; g += 8 * S) {
-      acc_t v[8];
-#pragma unroll
-      for (int k = 0; k < 8; ++k) v[k] = __ldcg(src + int64_t(g + k * S) * N);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) sum += v[k];
-    }
-    for (; g < G; g += S) sum += __ldcg(src + int64_t(g) * N);
-    if (S == 1)
-      store(q, sum);
-    else
-      scratch[i] = sum;  // S * qn <= threads: one pass of the loop
-  }
-  if (S == 1) return;
-  __syncthreads();
-  for (int i = t; i < qn; i += threads) {
-    acc_t sum = 0;
-    for (int seg = 0; seg < S; ++seg) sum += scratch[seg * qn + i];
-    store(q0 + i, sum);
-  }
+  add_columns_in_order(2 * int64_t(N), blockIdx.x, G, G, N, start, store, scratch);
 }
 
 template <typename T, int kVec, int kPacks>
