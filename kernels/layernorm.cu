@@ -662,13 +662,6 @@ __global__ __launch_bounds__(1024) void sum_partials_kernel(const Acc<T>* __rest
 // Planning: which kernel, how many threads per row, how many rows per block and blocks in all.
 // ------------------------------------------------------------------------------------------------
 
-int max_dynamic_smem() {
-  int dev = 0, bytes = 0;
-  COURSE_CUDA_CHECK(cudaGetDevice(&dev));
-  COURSE_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  return bytes;
-}
-
 // Threads per row for `packs` packs at `per_thread` packs each: whole warps, at most 1024 (0 = too long).
 int row_threads(int packs, int per_thread) {
   const int warps = ceil_div(ceil_div(packs, per_thread), 32);
@@ -705,13 +698,6 @@ struct BackwardPlan {
   size_t smem = 0;
 };
 
-bool cooperative_ok() {
-  int dev = 0, ok = 0;
-  COURSE_CUDA_CHECK(cudaGetDevice(&dev));
-  COURSE_CUDA_CHECK(cudaDeviceGetAttribute(&ok, cudaDevAttrCooperativeLaunch, dev));
-  return ok != 0;
-}
-
 template <typename T, int kVec, int kPacks, int kDepth = 1, bool kFuse = false>
 BackwardPlan plan_backward_rows(int kind, int64_t M, int N) {
   using acc_t = Acc<T>;
@@ -719,7 +705,9 @@ BackwardPlan plan_backward_rows(int kind, int64_t M, int N) {
   const int threads = row_threads(N / kVec, kPacks);
   if (threads == 0) return plan;
   const size_t fixed = 2 * 32 * 2 * sizeof(acc_t), per_row = 2 * size_t(N) * sizeof(acc_t);
-  const int64_t fit = (int64_t(max_dynamic_smem()) - int64_t(fixed)) / int64_t(per_row);
+  const int64_t fit =
+      (int64_t(device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>()) - int64_t(fixed)) /
+      int64_t(per_row);
   int64_t rows = 1024 / threads;  // a block of up to 1024 threads: one row of partial sums per ~SM
   rows = rows < fit ? rows : fit;
   rows = rows < M ? rows : M;
@@ -772,7 +760,8 @@ BackwardPlan plan_backward_v2(const T* dy, const T* x, const T* w, const T* dx, 
   constexpr int V = kPack16<T>;
   constexpr int kScalarPacks = kBwdBytes / 8 / (sizeof(T) > 4 ? 2 : 1);  // 4 floats, 2 doubles
   BackwardPlan plan;
-  const bool fuse = sizeof(T) <= 4 && (config == 3 || config == 4) && cooperative_ok();
+  const bool fuse =
+      sizeof(T) <= 4 && (config == 3 || config == 4) && device_attribute<cudaDevAttrCooperativeLaunch>() != 0;
   if (vectorizable<T>(N, {dy, x, w, dx})) {
     if constexpr (sizeof(T) == 2) {
       const bool narrow = config == 2 || (config != 1 && N <= 4096);
@@ -872,43 +861,27 @@ void layernorm_backward_v2(const T* grad_y, const T* x, const Acc<T>* mean, cons
   constexpr int V = kPack16<T>;
   constexpr int kScalarPacks = kBwdBytes / 8 / (sizeof(T) > 4 ? 2 : 1);  // 4 floats, 2 doubles
   const BackwardPlan plan = plan_backward_v2<T>(grad_y, x, weight, grad_x, M, N, config);
-  const auto args = [&](auto kernel) {
-    kernel<<<plan.blocks, plan.block, plan.smem, stream>>>(grad_y, x, mean, rstd, weight, grad_x, workspace,
-                                                           grad_weight, grad_bias, M, N);
-  };
-  const auto cooperative = [&](auto kernel) {  // the same arguments, every block resident at once
-    void* params[] = {const_cast<T**>(&grad_y),
-                      const_cast<T**>(&x),
-                      const_cast<Acc<T>**>(&mean),
-                      const_cast<Acc<T>**>(&rstd),
-                      const_cast<T**>(&weight),
-                      &grad_x,
-                      &workspace,
-                      &grad_weight,
-                      &grad_bias,
-                      &M,
-                      &N};
-    COURSE_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(plan.blocks),
-                                                  plan.block, params, plan.smem, stream));
+  const auto run = [&](auto kernel) {  // cooperative (every block resident at once) when the kernel fuses
+    launch(kernel, dim3(plan.blocks), plan.block, plan.smem, stream, {plan.fuse, false}, grad_y, x, mean,
+           rstd, weight, grad_x, workspace, grad_weight, grad_bias, M, N);
   };
   if (plan.fuse) {  // never for double (its kernel would spill)
     if constexpr (sizeof(T) <= 4)
-      if (plan.packs == kBwdBytes / 16) cooperative(backward_v2_kernel<T, V, kBwdBytes / 16, 1, true>);
+      if (plan.packs == kBwdBytes / 16) run(backward_v2_kernel<T, V, kBwdBytes / 16, 1, true>);
     if constexpr (sizeof(T) == 2) {
       if (plan.packs == kBwdBytes / 32 && plan.depth == 1)
-        cooperative(backward_v2_kernel<T, V, kBwdBytes / 32, 1, true>);
+        run(backward_v2_kernel<T, V, kBwdBytes / 32, 1, true>);
       if (plan.packs == kBwdBytes / 32 && plan.depth == 2)
-        cooperative(backward_v2_kernel<T, V, kBwdBytes / 32, 2, true>);
+        run(backward_v2_kernel<T, V, kBwdBytes / 32, 2, true>);
     }
     COURSE_LAUNCH_CHECK();
     return;  // grad_weight and grad_bias are written
   }
-  if (plan.kind == 1 && plan.packs == kBwdBytes / 16)
-    args(backward_v2_kernel<T, V, kBwdBytes / 16, 1, false>);
+  if (plan.kind == 1 && plan.packs == kBwdBytes / 16) run(backward_v2_kernel<T, V, kBwdBytes / 16, 1, false>);
   if constexpr (sizeof(T) == 2)
     if (plan.kind == 1 && plan.packs == kBwdBytes / 32)
-      args(backward_v2_kernel<T, V, kBwdBytes / 32, 1, false>);
-  if (plan.kind == 2) args(backward_v2_kernel<T, 1, kScalarPacks, 1, false>);
+      run(backward_v2_kernel<T, V, kBwdBytes / 32, 1, false>);
+  if (plan.kind == 2) run(backward_v2_kernel<T, 1, kScalarPacks, 1, false>);
   if (plan.kind == 3) {
     if (vectorizable<T>(N, {grad_y, x, weight, grad_x}))
       backward_v2_long_dx_kernel<T, V>
