@@ -6,7 +6,8 @@
 // config (default 0, the tuned one) picks other per-thread widths of forward v3 and backward v2 for
 // 2-byte types, for benchmarks/tuning/layernorm.py to compare; it changes speed only, never results beyond
 // rounding. Backward config 3 and 4 (float, half, bf16) also finish the weight and bias gradients inside the
-// one kernel (benchmarks/tuning/layernorm.py compares them with 0 and 1).
+// one kernel, and config 6 (sm_90+) does that with the rows brought in by bulk copies
+// (benchmarks/tuning/layernorm.py compares them all).
 //
 // x has any shape [..., N]; weight and bias are [N] with x's dtype and device; mean and rstd have x's
 // leading shape and are float32 (float64 for float64 x): forward saves them so backward need not

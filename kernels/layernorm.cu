@@ -46,6 +46,12 @@
 //                benchmark shapes), which also means fewer partial rows. Config 4 also loads two rows
 //                ahead instead of one for 2-byte types at 16 bytes per thread (N <= 4096): 64 bytes in
 //                flight per thread, as float has, for the same 8 values of work per thread.
+//   backward v2, config 6 (sm_90+; the default for half and bf16 there, float keeps config 3): config 3
+//                with the rows brought into shared memory by the Tensor Memory Accelerator's bulk copy
+//                (cp.async.bulk + mbarrier), a ring of 4 round buffers: three rounds in flight per SM
+//                instead of one row per thread. bf16 on the H100: 75/81/84% -> 78-80/82/87% of copy
+//                (4096x4096, 32768x1024, 8192x8192). See backward_v2_bulk_kernel for why the register
+//                loop cannot keep more than one row in flight.
 //
 // Everything is computed in Acc<T> (float, double for double inputs) and stored as T.
 #include <cooperative_groups.h>
@@ -566,6 +572,214 @@ __global__ __launch_bounds__(1024) void backward_v2_kernel(const T* __restrict__
   }
 }
 
+// v2, config 6 (sm_90 and newer; the default for half and bf16 there): the same rows, blocks and
+// column sums as config 3, but the rows arrive by the Tensor Memory Accelerator's bulk copy
+// (cp.async.bulk) into a ring of 4 shared-memory buffers, one round of the block's R rows (x and grad_y,
+// R * N contiguous values each, 16 KB apiece at 4096 bf16 columns) per buffer, while the threads work
+// on an earlier round. Why: in the register loop every thread has one row in flight, and ptxas counts
+// all of a thread's global loads on one scoreboard, so a thread waiting for row k also waits for any
+// later row it has already asked for (the SASS shows it: two rows in flight made bf16 slower, 59% of
+// copy). A bulk copy is one instruction per round, counted by its own mbarrier (a shared-memory counter
+// of bytes still to arrive), so up to three rounds are in flight per SM whatever the threads are doing.
+// One thread issues the copies; lanes 0..R-1 of warp 0 fetch the rows' mean and rstd with cp.async,
+// which arrives on the same mbarrier. x and grad_y are read from shared memory in both passes, and the
+// column sums live in registers; the end is config 3's (partial rows, grid.sync, fixed-order sums).
+// On the H100 it took bf16 from 75/81/84% to 78-80/82/87% of copy (4096x4096, 32768x1024, 8192x8192);
+// float32 was slower with it (84/89/94% against 87/93/94%), so float keeps config 3.
+namespace bulk {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void init(uint64_t* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void fence_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+// One arrival that also announces `bytes` of bulk copies to come on this barrier's current phase.
+__device__ __forceinline__ void arrive_expect(uint64_t* bar, uint32_t bytes) {
+  asm volatile(
+      "{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }" ::"r"(smem_addr(bar)),
+      "r"(bytes)
+      : "memory");
+}
+__device__ __forceinline__ void arrive(uint64_t* bar) {
+  asm volatile("{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }" ::"r"(smem_addr(bar))
+               : "memory");
+}
+// `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared memory.
+__device__ __forceinline__ void copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+          smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar))
+      : "memory");
+}
+// 4 bytes by cp.async; the barrier gets this thread's arrival once its earlier cp.asyncs have landed.
+__device__ __forceinline__ void copy4(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void arrive_after_copies(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done)
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(parity)
+        : "memory");
+}
+#endif
+}  // namespace bulk
+
+constexpr int kBulkBuffers = 4;  // rounds in flight: 3 (measured on the H100: 3 and 6 buffers were slower)
+
+// Shared memory of backward_v2_bulk_kernel: [reduction buffers | mbarriers | mean, rstd | row buffers].
+template <typename T>
+struct BulkLayout {
+  int R, N;
+  __host__ __device__ size_t stage_bytes() const { return 2 * size_t(R) * N * sizeof(T); }  // x, grad_y
+  __host__ __device__ size_t bars() const { return 2 * 32 * 2 * sizeof(Acc<T>); }
+  __host__ __device__ size_t stats() const { return bars() + 8 * size_t(kBulkBuffers); }
+  __host__ __device__ size_t buffers() const {
+    return ceil_div<size_t>(stats() + 2 * size_t(kBulkBuffers) * R * 4, 128) * 128;
+  }
+  __host__ __device__ size_t total() const {
+    const size_t ring = size_t(kBulkBuffers) * stage_bytes();
+    const size_t ending = 2 * size_t(R) * N * sizeof(Acc<T>);  // the groups' column sums, at the end
+    return buffers() + (ring > ending ? ring : ending);
+  }
+};
+
+template <typename T, int kVec>
+__global__ __launch_bounds__(1024) void backward_v2_bulk_kernel(
+    const T* __restrict__ dy, const T* __restrict__ x, const Acc<T>* __restrict__ mean,
+    const Acc<T>* __restrict__ rstd, const T* __restrict__ w, T* __restrict__ dx,
+    Acc<T>* __restrict__ partials, T* __restrict__ dw, T* __restrict__ db, int64_t M, int N) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using acc_t = Acc<T>;
+  static_assert(sizeof(acc_t) == 4, "float, half and bf16 only");
+  constexpr int B = kBulkBuffers;
+  extern __shared__ float4 smem_[];
+  char* base = reinterpret_cast<char*>(smem_);
+  const int R = blockDim.y, packs = N / kVec, c = threadIdx.x;
+  const BulkLayout<T> L{R, N};
+  acc_t* red = reinterpret_cast<acc_t*>(base);  // [2][32 warps][2]
+  uint64_t* bars = reinterpret_cast<uint64_t*>(base + L.bars());
+  float* stats = reinterpret_cast<float*>(base + L.stats());  // [buffer][mean R | rstd R]
+  char* buffers = base + L.buffers();
+  const int64_t step = int64_t(gridDim.x) * R;
+  const int64_t rounds = ceil_div<int64_t>(M, step);
+  const bool warp0 = threadIdx.y == 0 && threadIdx.x < 32;  // R <= 32: a block has at most 32 warps
+
+  // Round k of this block: rows first .. first + R - 1 (those below M), into buffer s = k % B.
+  const auto fetch = [&](int64_t k, int s) {
+    const int64_t first = blockIdx.x * int64_t(R) + k * step;
+    const int valid = int(M - first < 0 ? 0 : (M - first < R ? M - first : R));
+    const uint32_t bytes = uint32_t(valid) * uint32_t(N) * sizeof(T);
+    char* buf = buffers + s * L.stage_bytes();
+    if (threadIdx.x == 0) {
+      bulk::arrive_expect(&bars[s], 2 * bytes);
+      if (bytes) {
+        bulk::copy(buf, x + first * N, bytes, &bars[s]);
+        bulk::copy(buf + L.stage_bytes() / 2, dy + first * N, bytes, &bars[s]);
+      }
+    }
+    if (threadIdx.x < R) {
+      if (threadIdx.x < valid) {
+        bulk::copy4(stats + s * 2 * R + threadIdx.x, mean + first + threadIdx.x);
+        bulk::copy4(stats + s * 2 * R + R + threadIdx.x, rstd + first + threadIdx.x);
+        bulk::arrive_after_copies(&bars[s]);
+      } else {
+        bulk::arrive(&bars[s]);
+      }
+    }
+  };
+  if (threadIdx.x == 0 && threadIdx.y == 0) {
+    for (int s = 0; s < B; ++s) bulk::init(&bars[s], 1 + R);  // thread 0's and lanes 0..R-1's arrivals
+    bulk::fence_init();
+  }
+  __syncthreads();
+  if (warp0)
+    for (int k = 0; k < rounds && k < B; ++k) fetch(k, k);
+
+  Raw<T, kVec> wv;
+  if (c < packs) wv.load(w + c * kVec);
+  acc_t aw[kVec] = {}, ab[kVec] = {};
+  const acc_t inv_n = acc_t(1) / N;
+  const bool one_warp_rows = blockDim.x == 32;  // then group_sum has no __syncthreads of its own
+  int s = 0;
+  uint32_t parity = 0;  // of buffer s's mbarrier phase: flips each time round k wraps around the ring
+  for (int64_t k = 0; k < rounds; ++k) {
+    bulk::wait(&bars[s], parity);
+    const int64_t row = blockIdx.x * int64_t(R) + k * step + threadIdx.y;
+    const T* xs = reinterpret_cast<const T*>(buffers + s * L.stage_bytes()) + threadIdx.y * N + c * kVec;
+    const T* gs = xs + R * N;
+    // x and grad_y are read from shared memory in both passes (held in registers they would spill).
+    acc_t mu = 0, rs = 0, sums[2] = {0, 0};  // sum of g, sum of g * xhat
+    if (row < M && c < packs) {
+      Raw<T, kVec> xv, gv;
+      xv.load(xs);
+      gv.load(gs);
+      mu = stats[s * 2 * R + threadIdx.y];
+      rs = stats[s * 2 * R + R + threadIdx.y];
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        const acc_t g = gv[j] * wv[j];
+        sums[0] += g;
+        sums[1] += g * (xv[j] - mu) * rs;
+      }
+    }
+    group_sum(sums, red + (k & 1) * 64);
+    if (one_warp_rows) __syncthreads();
+    // Every thread is done with the previous round's buffer (both passes): refill it.
+    if (warp0 && k >= 1 && k - 1 + B < rounds) fetch(k - 1 + B, s == 0 ? B - 1 : s - 1);
+    if (row < M && c < packs) {
+      Raw<T, kVec> xv, gv;
+      xv.load(xs);
+      gv.load(gs);
+      const acc_t mg = sums[0] * inv_n, mgx = sums[1] * inv_n;
+      acc_t out[kVec];
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        const acc_t d = gv[j], xh = (xv[j] - mu) * rs;
+        out[j] = rs * (d * wv[j] - mg - xh * mgx);
+        aw[j] += d * xh;
+        ab[j] += d;
+      }
+      reinterpret_cast<Pack<T, kVec>*>(dx + row * N)[c] = to_pack<T>(out);
+    }
+    if (++s == B) s = 0, parity ^= 1;
+  }
+  // The groups' column sums through shared memory (the row buffers are free now), added in group order.
+  __syncthreads();
+  acc_t* acc = reinterpret_cast<acc_t*>(buffers);  // [R][2N]
+  if (c < packs)
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      acc[threadIdx.y * 2 * N + c * kVec + j] = aw[j];
+      acc[threadIdx.y * 2 * N + N + c * kVec + j] = ab[j];
+    }
+  __syncthreads();
+  for (int j = threadIdx.y * blockDim.x + threadIdx.x; j < N; j += blockDim.x * R) {
+    acc_t sw = 0, sb = 0;
+    for (int r = 0; r < R; ++r) {
+      sw += acc[r * 2 * N + j];
+      sb += acc[r * 2 * N + N + j];
+    }
+    partials[blockIdx.x * int64_t(N) + j] = sw;
+    partials[(gridDim.x + blockIdx.x) * int64_t(N) + j] = sb;
+  }
+  cooperative_groups::this_grid().sync();
+  finish_column_sums(partials, N, dw, db, acc);
+#else
+  __trap();  // never launched: the host checks that this kernel was built for sm_90 or newer
+#endif
+}
+
 // v2 for rows too long for registers: grad_x with one block per row and two reads of the row (the
 // second from L2); the column sums by column_partials_kernel below.
 template <typename T, int kVec>
@@ -689,7 +903,8 @@ bool launch_forward_v3(const T* x, const T* w, const T* b, T* y, Acc<T>* mean, A
 }
 
 struct BackwardPlan {
-  int kind = 0;       // 1: rows in registers, 16-byte packs; 2: the same, one value per pack; 3: long rows
+  int kind = 0;       // 1: rows in registers, 16-byte packs; 2: the same, one value per pack; 3: long rows;
+                      // 4: rows by bulk copy (backward_v2_bulk_kernel)
   int packs = 0;      // kind 1: packs of x (and of grad_y) per thread
   int depth = 1;      // kind 1: rows loaded ahead of the one computed
   bool fuse = false;  // kind 1: column sums finished in the kernel (cooperative launch), no second kernel
@@ -741,6 +956,43 @@ BackwardPlan plan_backward_rows(int kind, int64_t M, int N) {
   return plan;
 }
 
+// Config 6: backward_v2_bulk_kernel (sm_90+, float/half/bf16, one 16-byte pack of the row per thread,
+// so rows up to 8192 bf16 or 4096 floats, in R = 1024 / threads groups). No plan (kind 0) elsewhere.
+template <typename T>
+BackwardPlan plan_backward_bulk(int64_t M, int N) {
+  BackwardPlan plan;
+  constexpr int V = kPack16<T>;
+  if constexpr (sizeof(T) <= 4) {
+    if (device_attribute<cudaDevAttrComputeCapabilityMajor>() < 9 ||
+        device_attribute<cudaDevAttrCooperativeLaunch>() == 0)
+      return plan;
+    auto kernel = backward_v2_bulk_kernel<T, V>;
+    cudaFuncAttributes attrs;
+    COURSE_CUDA_CHECK(cudaFuncGetAttributes(&attrs, kernel));
+    if (attrs.ptxVersion < 90) return plan;  // built for an older GPU (its body is a trap)
+    const int threads = row_threads(N / V, 1);
+    if (threads == 0) return plan;
+    const int64_t rows = 1024 / threads < M ? 1024 / threads : M;
+    const size_t smem = BulkLayout<T>{int(rows), N}.total();
+    if (smem > size_t(device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>())) return plan;
+    COURSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    int per_sm = 0;
+    COURSE_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads * int(rows), smem));
+    if (per_sm == 0) return plan;
+    const int64_t want = ceil_div<int64_t>(M, rows), cap = int64_t(per_sm) * num_sms();
+    const int64_t blocks = want < cap ? want : cap;
+    const int64_t rounds = ceil_div<int64_t>(M, rows * blocks);  // as few blocks as give equal rounds
+    plan.blocks = int(ceil_div<int64_t>(M, rows * rounds));
+    plan.block = dim3(threads, unsigned(rows));
+    plan.smem = smem;
+    plan.kind = 4;
+    plan.packs = 1;
+    plan.fuse = true;
+  }
+  return plan;
+}
+
 // config (2-byte types choose widths, every type the ending):
 //   0 = 16 bytes of x per thread for rows up to 4096 and 32 above (measured on the H100, bf16: 16 bytes
 //       wins at N = 1024 and 4096, 32 bytes at N = 8192, where the narrower width makes too many threads
@@ -750,16 +1002,23 @@ BackwardPlan plan_backward_rows(int kind, int64_t M, int N) {
 //       all types), and a grid of equal rounds; 4 = config 3, and for 2-byte types at 16 bytes, two rows
 //       loaded ahead instead of one (the bytes in flight of float's 32). Configs 3 and 4 fall back to
 //       config 0 where a row takes the scalar or the long-row path, or without cooperative launch.
-// The default (config 0 from Python) runs config 3: on the H100 it took bf16 backward from 70/80/78% to
-// 77/81/86% of copy (4096x4096, 32768x1024, 8192x8192) and fp32 from 83.5/89.8/90.7% to 86.6/90.0/88.9%.
+//   6 = config 3 with the rows brought in by bulk copies (backward_v2_bulk_kernel; sm_90+, float, half,
+//       bf16, rows up to 1024 packs); config 3 where it does not apply.
+// The default (config 0 from Python) runs config 6 for half and bf16 and config 3 for float (config 3
+// took bf16 backward from 70/80/78% to 77/81/86% of copy at 4096x4096, 32768x1024, 8192x8192 and fp32
+// from 83.5/89.8/90.7% to 86.6/90.0/88.9%; config 6 bf16 on to 78-80/82/87%, fp32 down to 84/89/94%).
 // config 5 is the former default (config 0's widths with sum_partials_kernel), kept for comparison.
 template <typename T>
 BackwardPlan plan_backward_v2(const T* dy, const T* x, const T* w, const T* dx, int64_t M, int N,
                               int requested) {
-  const int config = requested == 0 ? 3 : (requested == 5 ? 0 : requested);
+  const int config = requested == 0 || requested == 6 ? 3 : (requested == 5 ? 0 : requested);
   constexpr int V = kPack16<T>;
   constexpr int kScalarPacks = kBwdBytes / 8 / (sizeof(T) > 4 ? 2 : 1);  // 4 floats, 2 doubles
   BackwardPlan plan;
+  if ((requested == 6 || (requested == 0 && sizeof(T) == 2)) && vectorizable<T>(N, {dy, x, w, dx})) {
+    plan = plan_backward_bulk<T>(M, N);
+    if (plan.kind == 4) return plan;
+  }
   const bool fuse =
       sizeof(T) <= 4 && (config == 3 || config == 4) && device_attribute<cudaDevAttrCooperativeLaunch>() != 0;
   if (vectorizable<T>(N, {dy, x, w, dx})) {
@@ -865,6 +1124,13 @@ void layernorm_backward_v2(const T* grad_y, const T* x, const Acc<T>* mean, cons
     launch(kernel, dim3(plan.blocks), plan.block, plan.smem, stream, {plan.fuse, false}, grad_y, x, mean,
            rstd, weight, grad_x, workspace, grad_weight, grad_bias, M, N);
   };
+  if (plan.kind == 4) {
+    if constexpr (sizeof(T) <= 4)
+      launch(backward_v2_bulk_kernel<T, V>, dim3(plan.blocks), plan.block, plan.smem, stream, {true, false},
+             grad_y, x, mean, rstd, weight, grad_x, workspace, grad_weight, grad_bias, M, N);
+    COURSE_LAUNCH_CHECK();
+    return;
+  }
   if (plan.fuse) {  // never for double (its kernel would spill)
     if constexpr (sizeof(T) <= 4)
       if (plan.packs == kBwdBytes / 16) run(backward_v2_kernel<T, V, kBwdBytes / 16, 1, true>);

@@ -83,7 +83,7 @@ def test_backward_matches_autograd(ext, device, dtype, shape, version):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 @pytest.mark.parametrize("shape", [(64, 1024), (8, 8192), (3, 24576)], ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("config", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("config", [1, 2, 3, 4, 5, 6])
 def test_tuning_configs_match_the_default(ext, device, dtype, shape, config):
     """forward v3 and backward v2 take `config`, other widths per thread (benchmarks/tuning/layernorm.py compares their
     speed): the results match the default's up to rounding, also where a row falls back to a wider one."""
@@ -294,9 +294,10 @@ def test_weight_gradient_is_deterministic(ext, shape):
 @needs_gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("shape", [(4096, 1024), (1000, 4096), (300, 8192), (5, 96), (3000, 8), (7, 4097)], ids=str)
-@pytest.mark.parametrize("config", [3, 4])
+@pytest.mark.parametrize("config", [0, 3, 4, 6])
 def test_fused_column_sums_are_deterministic_and_correct(ext, dtype, shape, config):
-    """Backward configs 3 and 4 finish grad_weight and grad_bias inside one cooperative kernel: the same bits
+    """Backward configs 3, 4 and 6 (and so the default, 0) finish grad_weight and grad_bias inside one
+    cooperative kernel (6: rows by bulk copy on sm_90+, else config 3): the same bits
     on every call, and the sums of the CPU implementation (float64 reference) up to rounding. Covers rows
     that take one block per pair of rows, tiny rows (fewer columns than blocks), and the scalar fallback."""
     x, w, b = inputs(shape, dtype, "cuda")

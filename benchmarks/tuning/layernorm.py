@@ -2,11 +2,12 @@
 
 For 4096x4096, 32768x1024 and 8192x8192 in bfloat16 and float32: our forward v3 and backward v2 under each
 `config` (0 = the default; for 2-byte types 1 = the old float width, forward 2 = 16 bytes per thread;
-backward 0 = 3 = grad_weight/grad_bias finished inside the one cooperative kernel, 4 = that plus two rows
-loaded ahead for 2-byte types, 5 = the former default with a second summing kernel), native PyTorch,
+backward 3 = grad_weight/grad_bias finished inside the one cooperative kernel, 4 = that plus two rows
+loaded ahead for 2-byte types, 6 = config 3 with the rows brought in by bulk copies (sm_90+), 0 = 6 for
+2-byte types and 3 for float, 5 = the former default with a second summing kernel), native PyTorch,
 torch.compile, and the % of a same-size device copy (CUDA events, L2 flushed, medians). Forward counts
 2*M*N elements, backward 3*M*N. float32 ignores the width configs, so it runs forward config 0 and
-backward 0 and 5. Backward configs 0 and 4 are also checked to give the same bits on repeated calls."""
+backward 0, 6 and 5. Backward configs 0, 3, 4 and 6 are also checked to give the same bits on repeated calls."""
 
 import os
 import sys
@@ -52,12 +53,12 @@ def main():
             _, mean, rstd = ext.forward(x, w, b, EPS, 3)
             _, nmean, nrstd = torch.native_layer_norm(x, [n], w, b, EPS)
             want = ext.backward(g, x, mean, rstd, w, 2, 0)
-            bcfg = (0, 5, 1, 4) if es == 2 else (0, 5)
+            bcfg = (0, 3, 5, 1, 4) if es == 2 else (0, 6, 5)
             for c in bcfg[1:]:  # every config gives the same gradients up to rounding
                 got = ext.backward(g, x, mean, rstd, w, 2, c)
                 for a, e in zip(got, want):
                     torch.testing.assert_close(a.float(), e.float(), rtol=2e-2, atol=2e-2)
-                if c in (0, 3, 4):  # the fused column sums: bit-for-bit the same on every call
+                if c in (0, 3, 4, 6):  # the fused column sums: bit-for-bit the same on every call
                     again = ext.backward(g, x, mean, rstd, w, 2, c)
                     assert all(torch.equal(p, q) for p, q in zip(got, again)), f"config {c} is not deterministic"
             bwd = {f"ours cfg{c}": (lambda c=c: ext.backward(g, x, mean, rstd, w, 2, c)) for c in bcfg}
