@@ -395,6 +395,22 @@ __global__ void backward_v1_dwdb_kernel(const T* __restrict__ dy, const T* __res
   db[j] = from_acc<T>(sb);
 }
 
+// This block's row of the [2][gridDim.x][N] partial sums: the column sums of its blockDim.y row groups,
+// acc = [group][grad_weight's N | grad_bias's N] in shared memory, added in group order 0, 1, ...
+template <typename acc_t>
+__device__ __forceinline__ void write_partial_row(const acc_t* acc, int N, acc_t* __restrict__ partials) {
+  const int R = blockDim.y;
+  for (int j = threadIdx.y * blockDim.x + threadIdx.x; j < N; j += blockDim.x * R) {
+    acc_t sw = 0, sb = 0;
+    for (int r = 0; r < R; ++r) {
+      sw += acc[r * 2 * N + j];
+      sb += acc[r * 2 * N + N + j];
+    }
+    partials[blockIdx.x * int64_t(N) + j] = sw;
+    partials[(gridDim.x + blockIdx.x) * int64_t(N) + j] = sb;
+  }
+}
+
 // The end of a fused backward v2 (config 3, 4): grad_weight and grad_bias from the [2][G][N] partial
 // sums of the G = gridDim.x blocks, inside the same kernel (common.h's add_columns_in_order: 2N columns,
 // grad_weight's then grad_bias's, each added over the G blocks in a fixed order).
@@ -553,17 +569,8 @@ __global__ __launch_bounds__(1024) void backward_v2_kernel(const T* __restrict__
     }
   }
   __syncthreads();
-  // This block's partial sums: its groups added in order 0, 1, ..., R-1.
   acc_t* acc = red + 2 * 32 * 2;
-  for (int j = threadIdx.y * blockDim.x + threadIdx.x; j < N; j += blockDim.x * R) {
-    acc_t sw = 0, sb = 0;
-    for (int r = 0; r < R; ++r) {
-      sw += acc[r * 2 * N + j];
-      sb += acc[r * 2 * N + N + j];
-    }
-    partials[blockIdx.x * int64_t(N) + j] = sw;
-    partials[(gridDim.x + blockIdx.x) * int64_t(N) + j] = sb;
-  }
+  write_partial_row(acc, N, partials);
   if constexpr (kFuse) {
     // Every block's partial row is written once all have arrived here (a cooperative launch: the whole
     // grid is resident, and grid.sync fences memory); then the blocks split the column sums.
@@ -764,15 +771,7 @@ __global__ __launch_bounds__(1024) void backward_v2_bulk_kernel(
       acc[threadIdx.y * 2 * N + N + c * kVec + j] = ab[j];
     }
   __syncthreads();
-  for (int j = threadIdx.y * blockDim.x + threadIdx.x; j < N; j += blockDim.x * R) {
-    acc_t sw = 0, sb = 0;
-    for (int r = 0; r < R; ++r) {
-      sw += acc[r * 2 * N + j];
-      sb += acc[r * 2 * N + N + j];
-    }
-    partials[blockIdx.x * int64_t(N) + j] = sw;
-    partials[(gridDim.x + blockIdx.x) * int64_t(N) + j] = sb;
-  }
+  write_partial_row(acc, N, partials);
   cooperative_groups::this_grid().sync();
   finish_column_sums(partials, N, dw, db, acc);
 #else
