@@ -50,8 +50,9 @@
 //                with the rows brought into shared memory by the Tensor Memory Accelerator's bulk copy
 //                (cp.async.bulk + mbarrier), a ring of 4 round buffers: three rounds in flight per SM
 //                instead of one row per thread. bf16 on the H100: 75/81/84% -> 78-80/82/87% of copy
-//                (4096x4096, 32768x1024, 8192x8192). See backward_v2_bulk_kernel for why the register
-//                loop cannot keep more than one row in flight.
+//                (4096x4096, 32768x1024, 8192x8192); then its partial row written without shared-memory
+//                bank conflicts (the ending 7.0 -> 5.1 us at 4096x4096): 79-82/86-87/88-89%. See
+//                backward_v2_bulk_kernel for why the register loop cannot keep more than one row in flight.
 //
 // Everything is computed in Acc<T> (float, double for double inputs) and stored as T.
 #include <cooperative_groups.h>
@@ -591,8 +592,9 @@ __global__ __launch_bounds__(1024) void backward_v2_kernel(const T* __restrict__
 // One thread issues the copies; lanes 0..R-1 of warp 0 fetch the rows' mean and rstd with cp.async,
 // which arrives on the same mbarrier. x and grad_y are read from shared memory in both passes, and the
 // column sums live in registers; the end is config 3's (partial rows, grid.sync, fixed-order sums).
-// On the H100 it took bf16 from 75/81/84% to 78-80/82/87% of copy (4096x4096, 32768x1024, 8192x8192);
-// float32 was slower with it (84/89/94% against 87/93/94%), so float keeps config 3.
+// On the H100 it took bf16 from 75/81/84% to 78-80/82/87% of copy (4096x4096, 32768x1024, 8192x8192),
+// 79-82/86-87/88-89% with the conflict-free partial row; float32 is not faster with it (86.8-88.8% either
+// way at 4096x4096, 90.6-91.8% against 92.9-93.3% at 32768x1024), so float keeps config 3.
 namespace bulk {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -761,17 +763,43 @@ __global__ __launch_bounds__(1024) void backward_v2_bulk_kernel(
     }
     if (++s == B) s = 0, parity ^= 1;
   }
-  // The groups' column sums through shared memory (the row buffers are free now), added in group order.
-  __syncthreads();
-  acc_t* acc = reinterpret_cast<acc_t*>(buffers);  // [R][2N]
-  if (c < packs)
+  // The block's partial row: groups 1..R-1 leave their column sums in shared memory (the ring is free
+  // now), group 0 adds them to its own in group order and writes the row, all in 16-byte accesses.
+  // Thread c's kVec columns are contiguous, so one float at a time would hit each bank kVec / 4 times
+  // over per warp (8-way for bf16): that version spent ~2 us of a 49 us backward at bf16 4096x4096 here
+  // (measured on the H100: the ending, partial row to grad_weight/grad_bias, took 7.0 us, now 5.1).
+  static_assert(kVec % 4 == 0, "whole float4s of column sums");
+  acc_t* acc = reinterpret_cast<acc_t*>(buffers);  // [R - 1][2][N]
+  if (R > 1) {
+    __syncthreads();
+    if (threadIdx.y > 0 && c < packs) {
+      float4* to = reinterpret_cast<float4*>(acc + (threadIdx.y - 1) * 2 * N + c * kVec);
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) {
-      acc[threadIdx.y * 2 * N + c * kVec + j] = aw[j];
-      acc[threadIdx.y * 2 * N + N + c * kVec + j] = ab[j];
+      for (int j = 0; j < kVec; j += 4) {
+        to[j / 4] = make_float4(aw[j], aw[j + 1], aw[j + 2], aw[j + 3]);
+        to[(N + j) / 4] = make_float4(ab[j], ab[j + 1], ab[j + 2], ab[j + 3]);
+      }
     }
-  __syncthreads();
-  write_partial_row(acc, N, partials);
+    __syncthreads();
+  }
+  if (threadIdx.y == 0 && c < packs) {
+    for (int r = 1; r < R; ++r) {
+      const float4* from = reinterpret_cast<const float4*>(acc + (r - 1) * 2 * N + c * kVec);
+#pragma unroll
+      for (int j = 0; j < kVec; j += 4) {
+        const float4 a = from[j / 4], d = from[(N + j) / 4];
+        aw[j] += a.x, aw[j + 1] += a.y, aw[j + 2] += a.z, aw[j + 3] += a.w;
+        ab[j] += d.x, ab[j + 1] += d.y, ab[j + 2] += d.z, ab[j + 3] += d.w;
+      }
+    }
+    float4* pw = reinterpret_cast<float4*>(partials + blockIdx.x * int64_t(N) + c * kVec);
+    float4* pb = reinterpret_cast<float4*>(partials + (gridDim.x + blockIdx.x) * int64_t(N) + c * kVec);
+#pragma unroll
+    for (int j = 0; j < kVec; j += 4) {
+      pw[j / 4] = make_float4(aw[j], aw[j + 1], aw[j + 2], aw[j + 3]);
+      pb[j / 4] = make_float4(ab[j], ab[j + 1], ab[j + 2], ab[j + 3]);
+    }
+  }
   cooperative_groups::this_grid().sync();
   finish_column_sums(partials, N, dw, db, acc);
 #else
@@ -1005,7 +1033,7 @@ BackwardPlan plan_backward_bulk(int64_t M, int N) {
 //       bf16, rows up to 1024 packs); config 3 where it does not apply.
 // The default (config 0 from Python) runs config 6 for half and bf16 and config 3 for float (config 3
 // took bf16 backward from 70/80/78% to 77/81/86% of copy at 4096x4096, 32768x1024, 8192x8192 and fp32
-// from 83.5/89.8/90.7% to 86.6/90.0/88.9%; config 6 bf16 on to 78-80/82/87%, fp32 down to 84/89/94%).
+// from 83.5/89.8/90.7% to 86.6/90.0/88.9%; config 6 bf16 on to 79-82/86-87/88-89%, fp32 no faster).
 // config 5 is the former default (config 0's widths with sum_partials_kernel), kept for comparison.
 template <typename T>
 BackwardPlan plan_backward_v2(const T* dy, const T* x, const T* w, const T* dx, int64_t M, int N,
