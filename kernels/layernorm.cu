@@ -1149,10 +1149,8 @@ void layernorm_backward_v2(const T* grad_y, const T* x, const Acc<T>* mean, cons
     launch(kernel, dim3(plan.blocks), plan.block, plan.smem, stream, {plan.fuse, false}, grad_y, x, mean,
            rstd, weight, grad_x, workspace, grad_weight, grad_bias, M, N);
   };
-  if (plan.kind == 4) {
-    if constexpr (sizeof(T) <= 4)
-      launch(backward_v2_bulk_kernel<T, V>, dim3(plan.blocks), plan.block, plan.smem, stream, {true, false},
-             grad_y, x, mean, rstd, weight, grad_x, workspace, grad_weight, grad_bias, M, N);
+  if (plan.kind == 4) {  // fuses (plan.fuse): cooperative
+    if constexpr (sizeof(T) <= 4) run(backward_v2_bulk_kernel<T, V>);
     COURSE_LAUNCH_CHECK();
     return;
   }
