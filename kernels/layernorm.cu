@@ -56,8 +56,9 @@
 //                What is left at 4096x4096 (~48 us): the blocks' loops end 6-7 us apart (the same SMs are
 //                late call after call), and the ending takes ~5 us. Work stealing that keeps the column
 //                sums deterministic was built twice and measured slower: at 1024 threads a thread has 64
-//                registers and this loop uses 63, so the extra state spills (results/h100/
-//                layernorm_backward_experiments.md has the numbers).
+//                registers and this loop uses 63, so the extra state spills. An ending without grid.sync
+//                (per-group arrival counters, early blocks adding the finished groups' partial rows) was
+//                1.5-3 us slower too (results/h100/layernorm_backward_experiments.md has the numbers).
 //
 // Everything is computed in Acc<T> (float, double for double inputs) and stored as T.
 #include <cooperative_groups.h>
