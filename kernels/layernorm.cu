@@ -53,12 +53,14 @@
 //                (4096x4096, 32768x1024, 8192x8192); then its partial row written without shared-memory
 //                bank conflicts (the ending 7.0 -> 5.1 us at 4096x4096): 79-82/86-87/88-89%. See
 //                backward_v2_bulk_kernel for why the register loop cannot keep more than one row in flight.
-//                What is left at 4096x4096 (~48 us): the blocks' loops end 6-7 us apart (the same SMs are
-//                late call after call), and the ending takes ~5 us. Work stealing that keeps the column
-//                sums deterministic was built twice and measured slower: at 1024 threads a thread has 64
-//                registers and this loop uses 63, so the extra state spills. An ending without grid.sync
-//                (per-group arrival counters, early blocks adding the finished groups' partial rows) was
-//                1.5-3 us slower too (results/h100/layernorm_backward_experiments.md has the numbers).
+//                What is left at 4096x4096 (~48 us): the first round's data lands ~3.3 us in, the ending
+//                takes ~5 us, and the blocks' loops end 6-7 us apart (the same SMs are late call after
+//                call). Measured and not kept (results/h100/layernorm_backward_experiments.md): work
+//                stealing that keeps the column sums deterministic (slower: at 1024 threads a thread has
+//                64 registers and this loop uses 63, so the extra state spills); rounds claimed from a
+//                counter (balanced but not bit-reproducible: +2-3% at the larger shapes, nothing at
+//                4096x4096); an ending without grid.sync (arrival counters per group of blocks: 1.5-3 us
+//                slower).
 //
 // Everything is computed in Acc<T> (float, double for double inputs) and stored as T.
 #include <cooperative_groups.h>
