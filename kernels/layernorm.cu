@@ -51,7 +51,7 @@
 //                (cp.async.bulk + mbarrier), a ring of 4 round buffers: three rounds in flight per SM
 //                instead of one row per thread. bf16 on the H100: 75/81/84% -> 78-80/82/87% of copy
 //                (4096x4096, 32768x1024, 8192x8192); then its partial row written without shared-memory
-//                bank conflicts (the ending 7.0 -> 5.1 us at 4096x4096): 79-82/86-87/88-89%. See
+//                bank conflicts (the ending 7.0 -> 5.1 us at 4096x4096): 78-82/85-88/88-92%. See
 //                backward_v2_bulk_kernel for why the register loop cannot keep more than one row in flight.
 //                What is left at 4096x4096 (~48 us): the first round's data lands ~3.3 us in, the ending
 //                takes ~5 us, and the blocks' loops end 6-7 us apart (the same SMs are late call after
@@ -602,7 +602,7 @@ __global__ __launch_bounds__(1024) void backward_v2_kernel(const T* __restrict__
 // column sums live in registers; the end is config 3's (a partial row per block, grid.sync, fixed-order
 // sums), with the partial row added from the groups' registers.
 // On the H100 it took bf16 from 75/81/84% to 78-80/82/87% of copy (4096x4096, 32768x1024, 8192x8192),
-// 79-82/86-87/88-89% with the conflict-free partial row; float32 is not faster with it (86.8-88.8% either
+// 78-82/85-88/88-92% with the conflict-free partial row; float32 is not faster with it (86.8-88.8% either
 // way at 4096x4096, 90.6-91.8% against 92.9-93.3% at 32768x1024), so float keeps config 3.
 namespace bulk {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -1034,7 +1034,7 @@ BackwardPlan plan_backward_bulk(int64_t M, int N) {
 //       bf16, rows up to 1024 packs); config 3 where it does not apply.
 // The default (config 0 from Python) runs config 6 for half and bf16 and config 3 for float (config 3
 // took bf16 backward from 70/80/78% to 77/81/86% of copy at 4096x4096, 32768x1024, 8192x8192 and fp32
-// from 83.5/89.8/90.7% to 86.6/90.0/88.9%; config 6 bf16 on to 79-82/86-87/88-89%, fp32 no faster).
+// from 83.5/89.8/90.7% to 86.6/90.0/88.9%; config 6 bf16 on to 78-82/85-88/88-92%, fp32 no faster).
 // config 5 is the former default (config 0's widths with sum_partials_kernel), kept for comparison.
 template <typename T>
 BackwardPlan plan_backward_v2(const T* dy, const T* x, const T* w, const T* dx, int64_t M, int N,
