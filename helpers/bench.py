@@ -9,12 +9,17 @@ flushed before every call, medians and 20th/80th percentiles. Without triton the
 On the CPU it is torch.utils.benchmark's blocked_autorange. Memory-bound kernels are judged against
 `copy_gbps(nbytes)`: a device-to-device copy moving the same number of bytes, timed the same way, in
 the same process, on the same card. Never time a kernel on zeros (compressible, and not your data).
+
+A 30 us kernel timed twice in one process can differ by a few percent (clocks, what ran just before), and
+so can the copy it is compared with. `compare(..., repeat=3)` times the copy and every implementation in
+turn, three times over, and reports the medians: the benchmark suite does that for its headline numbers.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import statistics
 
 import torch
 
@@ -112,17 +117,32 @@ def copy_gbps(nbytes: int, device: str | torch.device | None = None) -> float:
     return _copy_gbps(int(nbytes), device)
 
 
-def compare(fns: dict, *, nbytes: int, device=None, graph: bool = False, **labels) -> list[dict]:
+def compare(fns: dict, *, nbytes: int, device=None, graph: bool = False, repeat: int = 1, **labels) -> list[dict]:
     """Time each fn and return one row per implementation: ms, GB/s, % of copy, and the labels given
     (op=..., shape=..., dtype=...). `nbytes` is the fewest bytes the op must move. graph=True times each
-    fn as a CUDA graph replay (see `graphed`; CUDA only, ignored on the CPU)."""
+    fn as a CUDA graph replay (see `graphed`; CUDA only, ignored on the CPU). repeat > 1 times the copy
+    and then each fn in turn, `repeat` times over, and reports the median of each (ms_lo and ms_hi: the
+    lowest 20th and highest 80th percentile of the repeats)."""
     device = str(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    copy = copy_gbps(nbytes, device)
+    if graph and torch.device(device).type == "cuda":
+        fns = {impl: graphed(fn) for impl, fn in fns.items()}
+    if repeat <= 1:
+        copy = copy_gbps(nbytes, device)
+        timings = {impl: time(fn, device=device) for impl, fn in fns.items()}
+    else:
+        copies, runs = [], {impl: [] for impl in fns}
+        for _ in range(repeat):
+            _copy_gbps.cache_clear()
+            copies.append(copy_gbps(nbytes, device))
+            for impl, fn in fns.items():
+                runs[impl].append(time(fn, device=device))
+        copy = statistics.median(copies)
+        timings = {
+            impl: Timing(statistics.median(t.ms for t in ts), min(t.lo for t in ts), max(t.hi for t in ts))
+            for impl, ts in runs.items()
+        }
     rows = []
-    for impl, fn in fns.items():
-        if graph and torch.device(device).type == "cuda":
-            fn = graphed(fn)
-        t = time(fn, device=device)
+    for impl, t in timings.items():
         rows.append(
             dict(
                 labels,

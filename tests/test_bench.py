@@ -37,6 +37,35 @@ def test_compare_rows_and_table():
     assert "scale" in text and "1.00x" in text
 
 
+def test_compare_with_repeats_reports_the_median_and_times_the_copy_each_time(monkeypatch):
+    """repeat=3: the copy is timed again before every round of the implementations (in turn with them),
+    and each row carries the median of its three timings against the median copy."""
+    x = torch.randn(1 << 12)
+    copies = iter([30.0, 10.0, 20.0])  # GB/s of the copy in each round
+    times = iter([3.0, 1.0, 2.0])  # ms of "f" in each round
+    calls = []
+    monkeypatch.setattr(bench, "_copy_gbps", _Cached(lambda nbytes, device: calls.append("copy") or next(copies)))
+    monkeypatch.setattr(bench, "time", lambda fn, device=None: calls.append("f") or bench.Timing(*[next(times)] * 3))
+    (row,) = bench.compare({"f": lambda: x * 2}, nbytes=4_000_000, device="cpu", repeat=3, op="t")
+    assert calls == ["copy", "f"] * 3
+    assert row["ms"] == 2.0 and row["ms_lo"] == 1.0 and row["ms_hi"] == 3.0
+    assert row["copy_gbps"] == 20.0
+    assert abs(row["pct_copy"] - 100 * (4_000_000 / 2e-3 / 1e9) / 20.0) < 1e-9
+
+
+class _Cached:
+    """A stand-in for functools.cache's wrapper: callable, with cache_clear()."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, *args):
+        return self.fn(*args)
+
+    def cache_clear(self):
+        pass
+
+
 def test_plot_sweep_has_one_line_per_impl_plus_ceiling():
     rows = [dict(impl=i, numel=n, gbps=float(n), copy_gbps=2.0 * n) for i in ("a", "b") for n in (1, 2, 4)]
     fig = plot.sweep(rows, title="t")
