@@ -19,6 +19,13 @@
 //                from the registers. Longer rows take a block-per-row path with Welford's one-pass
 //                statistics and a second read of the row from L2. Unaligned pointers or N not a multiple
 //                of the pack width use the same kernels with one value per pack.
+//   forward v3, config 3 (sm_90+, half and bf16; the default there when the grid does at most 4 rounds):
+//                the same row groups, but a persistent grid whose threads copy their share of the next row
+//                into shared memory (cp.async) before they reduce the current one, so every block always
+//                has a row in flight: twice the bytes in flight per SM at the same 32 registers. bf16
+//                4096x4096 on the H100: 88% -> 94% of copy. With many rounds (32768x1024) the static
+//                split of the rows is slower than the block scheduler's balancing, so there config 0
+//                keeps the one-row-per-block kernel.
 //   backward v1  one warp per row for grad_x (two passes), and a separate kernel with one thread per
 //                column summing grad_weight and grad_bias over all rows: reads x and grad_y twice.
 //   backward v2  one pass: a persistent grid (about one block of up to 1024 threads per SM) strides over
@@ -61,6 +68,11 @@
 //                counter (balanced but not bit-reproducible: +2-3% at the larger shapes, nothing at
 //                4096x4096); an ending without grid.sync (arrival counters per group of blocks: 1.5-3 us
 //                slower).
+//   backward v2, config 7 (the default for half and bf16 on sm_90+): config 6 with the last round peeled:
+//                its column sums are added first, the block's partial row written and the grid barrier
+//                arrived at (cooperative_groups' split barrier_arrive/barrier_wait), and only then that
+//                round's grad_x computed and stored, so the barrier's latency hides behind it. bf16 on
+//                the H100: 48.6 -> 48.1 us at 4096x4096, 83.2 -> 82.4 us at 32768x1024, same run.
 //
 // Everything is computed in Acc<T> (float, double for double inputs) and stored as T.
 #include <cooperative_groups.h>
@@ -277,6 +289,118 @@ __global__ __launch_bounds__(1024) void forward_v3_kernel(const T* __restrict__ 
     mean[row] = mu;
     rstd[row] = rs;
   }
+}
+
+// 16 bytes from global to shared memory without passing through registers (cp.async, sm_80+; a plain
+// copy before), and the waits for them: the thread's own copies, in the groups it committed.
+namespace pipe {
+__device__ __forceinline__ void copy16(void* dst, const void* src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
+      "l"(src)
+      : "memory");
+#else
+  *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+#endif
+}
+__device__ __forceinline__ void commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int kPending>  // wait until at most kPending of this thread's groups are still in flight
+__device__ __forceinline__ void wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+#endif
+}
+}  // namespace pipe
+
+// v3, config 3 (the default for half and bf16 on sm_90+ where it does at most 4 rounds): the same row
+// groups and arithmetic, but each block keeps its rows coming. A persistent grid (as many blocks as fit at
+// once, sized to equal rounds) walks the rows, and each thread copies its share of the next row into
+// shared memory (cp.async: no registers held while it is in flight) before it reduces the current one.
+// Why: in forward_v3_kernel a block has nothing in flight from the moment its row lands until it ends
+// (two reductions, weight and bias, the store), and registers cap it at one row per block: 8 blocks of 256
+// threads at 32 registers hold at most 64 KB per SM. Here each block has its next row on the way too:
+// 128 KB per SM at the same 32 registers (held to them by __launch_bounds__: 8 blocks per SM). On the H100
+// at bf16 4096x4096 (4 rounds): 31.0 -> 29.1 us, 88% -> 94% of copy, same run. With many rounds the static
+// split loses to the block scheduler's balancing (32768x1024, 8 rounds: 51.4 -> 56.1 us; some SMs get
+// less bandwidth than others, and here every block must finish its share), so it is not used there.
+template <typename T, int kVec, int kPacks>
+__global__ __launch_bounds__(256, 8) void forward_v3_pipelined_kernel(
+    const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
+    Acc<T>* __restrict__ mean, Acc<T>* __restrict__ rstd, int64_t M, int N, Acc<T> eps) {
+  using acc_t = Acc<T>;
+  __shared__ acc_t buf[2][32];
+  extern __shared__ float4 stage_[];  // [2 stages][R rows][N] of T
+  T* stage = reinterpret_cast<T*>(stage_);
+  const int R = blockDim.y;
+  const int64_t step = int64_t(gridDim.x) * R;
+  const auto fetch = [&](int64_t row, int st) {  // this thread's packs of `row` into stage st
+    if (row < M) {
+      T* dst = stage + (int64_t(st) * R + threadIdx.y) * N;
+#pragma unroll
+      for (int p = 0; p < kPacks; ++p) {
+        const int j = (threadIdx.x + p * blockDim.x) * kVec;
+        if (j < N) pipe::copy16(dst + j, x + row * N + j);
+      }
+    }
+    pipe::commit();  // an empty group past the last row keeps the count of groups in step
+  };
+  int64_t row = blockIdx.x * int64_t(R) + threadIdx.y;
+  fetch(row, 0);
+  int st = 0;
+  for (int64_t first = blockIdx.x * int64_t(R); first < M; first += step, row += step, st ^= 1) {
+    fetch(row + step, st ^ 1);
+    pipe::wait<1>();  // this row's copies (not the next row's) have landed
+    const bool active = row < M;
+    const T* xs = stage + (int64_t(st) * R + threadIdx.y) * N;
+    Raw<T, kVec> v[kPacks];
+    acc_t s[1] = {0};
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+      const int j = (threadIdx.x + p * blockDim.x) * kVec;
+      if (active && j < N) {
+        v[p].load(xs + j);
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) s[0] += v[p][k];
+      }
+    }
+    group_sum(s, buf[0]);
+    const acc_t mu = s[0] / N;
+    acc_t q[1] = {0};
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+      if (active && (threadIdx.x + p * blockDim.x) * kVec < N) {
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) q[0] += (v[p][k] - mu) * (v[p][k] - mu);
+      }
+    }
+    group_sum(q, buf[1]);
+    const acc_t rs = rsqrt_acc(q[0] / N + eps);
+    if (active) {
+#pragma unroll
+      for (int p = 0; p < kPacks; ++p) {
+        const int j = (threadIdx.x + p * blockDim.x) * kVec;
+        if (j < N) {
+          Raw<T, kVec> wv, bv;
+          wv.load(w + j);
+          bv.load(b + j);
+          acc_t out[kVec];
+#pragma unroll
+          for (int k = 0; k < kVec; ++k) out[k] = (v[p][k] - mu) * rs * wv[k] + bv[k];
+          *reinterpret_cast<Pack<T, kVec>*>(y + row * N + j) = to_pack<T>(out);
+        }
+      }
+      if (threadIdx.x == 0) {
+        mean[row] = mu;
+        rstd[row] = rs;
+      }
+    }
+  }
+  pipe::wait<0>();
 }
 
 // Welford's running mean and sum of squared deviations (m2), and Chan's rule to merge two of them:
@@ -659,6 +783,7 @@ constexpr int kBulkBuffers = 4;  // rounds in flight: 3 (measured on the H100: 3
 template <typename T>
 struct BulkLayout {
   int R, N;
+  bool early = false;  // kEarly: room to add the groups' column sums while a round is still in the ring
   __host__ __device__ size_t stage_bytes() const { return 2 * size_t(R) * N * sizeof(T); }  // x, grad_y
   __host__ __device__ size_t bars() const { return 2 * 32 * 2 * sizeof(Acc<T>); }
   __host__ __device__ size_t stats() const { return bars() + 8 * size_t(kBulkBuffers); }
@@ -670,9 +795,16 @@ struct BulkLayout {
     const size_t ending = 2 * size_t(R) * N * sizeof(Acc<T>);  // the groups' column sums, at the end
     return buffers() + (ring > ending ? ring : ending);
   }
+  __host__ __device__ size_t exchange() const { return total(); }  // kEarly: [R - 1][2][N] column sums
+  __host__ __device__ size_t total_bytes() const {
+    return total() + (early ? 2 * size_t(R - 1) * N * sizeof(Acc<T>) : 0);
+  }
 };
 
-template <typename T, int kVec>
+// kEarly (config 7): the last round peeled: its column sums are added and the block's partial row written
+// first, the grid barrier is arrived at, and the round's grad_x is computed while the other blocks arrive.
+// (Weight is then also loaded before the first bulk copies are issued rather than after: measured neutral.)
+template <typename T, int kVec, bool kEarly = false>
 __global__ __launch_bounds__(1024) void backward_v2_bulk_kernel(
     const T* __restrict__ dy, const T* __restrict__ x, const Acc<T>* __restrict__ mean,
     const Acc<T>* __restrict__ rstd, const T* __restrict__ w, T* __restrict__ dx,
@@ -684,7 +816,7 @@ __global__ __launch_bounds__(1024) void backward_v2_bulk_kernel(
   extern __shared__ float4 smem_[];
   char* base = reinterpret_cast<char*>(smem_);
   const int R = blockDim.y, packs = N / kVec, c = threadIdx.x;
-  const BulkLayout<T> L{R, N};
+  const BulkLayout<T> L{R, N, kEarly};
   acc_t* red = reinterpret_cast<acc_t*>(base);  // [2][32 warps][2]
   uint64_t* bars = reinterpret_cast<uint64_t*>(base + L.bars());
   float* stats = reinterpret_cast<float*>(base + L.stats());  // [buffer][mean R | rstd R]
@@ -716,6 +848,8 @@ __global__ __launch_bounds__(1024) void backward_v2_bulk_kernel(
       }
     }
   };
+  Raw<T, kVec> wv;
+  if (kEarly && c < packs) wv.load(w + c * kVec);
   if (threadIdx.x == 0 && threadIdx.y == 0) {
     for (int s = 0; s < B; ++s) bulk::init(&bars[s], 1 + R);  // thread 0's and lanes 0..R-1's arrivals
     bulk::fence_init();
@@ -724,14 +858,13 @@ __global__ __launch_bounds__(1024) void backward_v2_bulk_kernel(
   if (warp0)
     for (int k = 0; k < rounds && k < B; ++k) fetch(k, k);
 
-  Raw<T, kVec> wv;
-  if (c < packs) wv.load(w + c * kVec);
+  if (!kEarly && c < packs) wv.load(w + c * kVec);
   acc_t aw[kVec] = {}, ab[kVec] = {};
   const acc_t inv_n = acc_t(1) / N;
   const bool one_warp_rows = blockDim.x == 32;  // then group_sum has no __syncthreads of its own
   int s = 0;
   uint32_t parity = 0;  // of buffer s's mbarrier phase: flips each time round k wraps around the ring
-  for (int64_t k = 0; k < rounds; ++k) {
+  for (int64_t k = 0; k < (kEarly ? rounds - 1 : rounds); ++k) {
     bulk::wait(&bars[s], parity);
     const int64_t row = blockIdx.x * int64_t(R) + k * step + threadIdx.y;
     const T* xs = reinterpret_cast<const T*>(buffers + s * L.stage_bytes()) + threadIdx.y * N + c * kVec;
@@ -772,36 +905,92 @@ __global__ __launch_bounds__(1024) void backward_v2_bulk_kernel(
     }
     if (++s == B) s = 0, parity ^= 1;
   }
-  // The block's partial row: groups 1..R-1 leave their column sums in shared memory (the ring is free
-  // now), group 0 adds them to its own in group order and writes the row, all in 16-byte accesses.
-  // Thread c's kVec columns are contiguous, so one float at a time would hit each bank kVec / 4 times
-  // over per warp (8-way for bf16): that version spent ~2 us of a 49 us backward at bf16 4096x4096 here
-  // (measured on the H100: the ending, partial row to grad_weight/grad_bias, took 7.0 us, now 5.1).
   static_assert(kVec % 4 == 0, "whole float4s of column sums");
   const auto put4 = [](float4* to, const acc_t* v) { *to = make_float4(v[0], v[1], v[2], v[3]); };
   const auto add4 = [](acc_t* v, float4 a) { v[0] += a.x, v[1] += a.y, v[2] += a.z, v[3] += a.w; };
-  acc_t* acc = reinterpret_cast<acc_t*>(buffers);  // [R - 1][2][N]
-  if (R > 1) {
-    __syncthreads();
+  // Group 0 adds the other groups' column sums (left in `from` as [R - 1][2][N]) to its own in group
+  // order and writes the block's row of partial sums, all in 16-byte accesses.
+  const auto write_row = [&](const acc_t* from) {
+    if (threadIdx.y == 0 && c < packs) {
+      for (int r = 1; r < R; ++r) {
+        const float4* f = reinterpret_cast<const float4*>(from + (r - 1) * 2 * N + c * kVec);
+#pragma unroll
+        for (int j = 0; j < kVec; j += 4) add4(aw + j, f[j / 4]), add4(ab + j, f[(N + j) / 4]);
+      }
+      float4* pw = reinterpret_cast<float4*>(partials + blockIdx.x * int64_t(N) + c * kVec);
+      float4* pb = reinterpret_cast<float4*>(partials + (gridDim.x + blockIdx.x) * int64_t(N) + c * kVec);
+#pragma unroll
+      for (int j = 0; j < kVec; j += 4) put4(pw + j / 4, aw + j), put4(pb + j / 4, ab + j);
+    }
+  };
+  const auto leave_sums = [&](acc_t* to) {  // groups 1..R-1
     if (threadIdx.y > 0 && c < packs) {
-      float4* to = reinterpret_cast<float4*>(acc + (threadIdx.y - 1) * 2 * N + c * kVec);
+      float4* t = reinterpret_cast<float4*>(to + (threadIdx.y - 1) * 2 * N + c * kVec);
 #pragma unroll
-      for (int j = 0; j < kVec; j += 4) put4(to + j / 4, aw + j), put4(to + (N + j) / 4, ab + j);
+      for (int j = 0; j < kVec; j += 4) put4(t + j / 4, aw + j), put4(t + (N + j) / 4, ab + j);
     }
-    __syncthreads();
-  }
-  if (threadIdx.y == 0 && c < packs) {
-    for (int r = 1; r < R; ++r) {
-      const float4* from = reinterpret_cast<const float4*>(acc + (r - 1) * 2 * N + c * kVec);
+  };
+  acc_t* acc = reinterpret_cast<acc_t*>(buffers);  // the ring, free once every round is done
+  if constexpr (kEarly) {
+    // The last round, peeled: its column sums first, then the block's partial row (the groups' sums meet
+    // in a region of their own, the round still being in the ring), the arrival at the grid barrier, and
+    // only then the round's grad_x, which the barrier's latency hides.
+    const int64_t k = rounds - 1;
+    bulk::wait(&bars[s], parity);
+    const int64_t row = blockIdx.x * int64_t(R) + k * step + threadIdx.y;
+    const T* xs = reinterpret_cast<const T*>(buffers + s * L.stage_bytes()) + threadIdx.y * N + c * kVec;
+    const bool live = row < M && c < packs;
+    acc_t mu = 0, rs = 0, sums[2] = {0, 0};
+    if (live) {
+      Raw<T, kVec> xv, gv;
+      xv.load(xs);
+      gv.load(xs + R * N);
+      mu = stats[s * 2 * R + threadIdx.y];
+      rs = stats[s * 2 * R + R + threadIdx.y];
 #pragma unroll
-      for (int j = 0; j < kVec; j += 4) add4(aw + j, from[j / 4]), add4(ab + j, from[(N + j) / 4]);
+      for (int j = 0; j < kVec; ++j) {
+        const acc_t d = gv[j], g = d * wv[j], xh = (xv[j] - mu) * rs;
+        sums[0] += g;
+        sums[1] += g * (xv[j] - mu) * rs;
+        aw[j] += d * xh;
+        ab[j] += d;
+      }
     }
-    float4* pw = reinterpret_cast<float4*>(partials + blockIdx.x * int64_t(N) + c * kVec);
-    float4* pb = reinterpret_cast<float4*>(partials + (gridDim.x + blockIdx.x) * int64_t(N) + c * kVec);
+    acc_t* xch = reinterpret_cast<acc_t*>(base + L.exchange());
+    leave_sums(xch);
+    group_sum(sums, red + (k & 1) * 64);
+    if (one_warp_rows) __syncthreads();
+    write_row(xch);
+    auto grid = cooperative_groups::this_grid();
+    auto token = grid.barrier_arrive();
+    if (live) {  // x and grad_y again from the ring (held in registers across the exchange they would spill)
+      Raw<T, kVec> xv, gv;
+      xv.load(xs);
+      gv.load(xs + R * N);
+      const acc_t mg = sums[0] * inv_n, mgx = sums[1] * inv_n;
+      acc_t out[kVec];
 #pragma unroll
-    for (int j = 0; j < kVec; j += 4) put4(pw + j / 4, aw + j), put4(pb + j / 4, ab + j);
+      for (int j = 0; j < kVec; ++j) {
+        const acc_t d = gv[j], xh = (xv[j] - mu) * rs;
+        out[j] = rs * (d * wv[j] - mg - xh * mgx);
+      }
+      reinterpret_cast<Pack<T, kVec>*>(dx + row * N)[c] = to_pack<T>(out);
+    }
+    grid.barrier_wait(std::move(token));
+  } else {
+    // The block's partial row: groups 1..R-1 leave their column sums in shared memory (the ring is free
+    // now), group 0 adds them to its own in group order and writes the row. Thread c's kVec columns are
+    // contiguous, so one float at a time would hit each bank kVec / 4 times over per warp (8-way for
+    // bf16): that version spent ~2 us of a 49 us backward at bf16 4096x4096 here (measured on the H100:
+    // the ending, partial row to grad_weight/grad_bias, took 7.0 us, now 5.1).
+    if (R > 1) {
+      __syncthreads();
+      leave_sums(acc);
+      __syncthreads();
+    }
+    write_row(acc);
+    cooperative_groups::this_grid().sync();
   }
-  cooperative_groups::this_grid().sync();
   finish_column_sums(partials, N, dw, db, acc);
 #else
   __trap();  // never launched: the host checks that this kernel was built for sm_90 or newer
@@ -930,12 +1119,37 @@ bool launch_forward_v3(const T* x, const T* w, const T* b, T* y, Acc<T>* mean, A
   return true;
 }
 
+// forward_v3_pipelined_kernel with the widths of launch_forward_v3, for blocks of up to 256 threads; false
+// (nothing launched) where a block would be larger or the persistent grid would need more than max_rounds.
+template <typename T, int kVec, int kPacks>
+bool launch_forward_v3_pipelined(const T* x, const T* w, const T* b, T* y, Acc<T>* mean, Acc<T>* rstd,
+                                 int64_t M, int N, Acc<T> eps, cudaStream_t stream, int64_t max_rounds) {
+  const int threads = row_threads(N / kVec, kPacks);
+  const int rows = threads >= 128 ? 1 : 128 / threads;
+  if (threads == 0 || threads * rows > 256) return false;
+  const dim3 block(threads, rows);
+  const size_t smem = 2 * size_t(rows) * N * sizeof(T);  // two stages of the block's rows
+  auto kernel = forward_v3_pipelined_kernel<T, kVec, kPacks>;
+  if (smem > size_t(device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>())) return false;
+  COURSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  int per_sm = 0;
+  COURSE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads * rows, smem));
+  if (per_sm == 0) return false;
+  const int64_t want = ceil_div<int64_t>(M, rows), cap = int64_t(per_sm) * num_sms();
+  const int64_t rounds = ceil_div<int64_t>(M, rows * (want < cap ? want : cap));
+  if (rounds > max_rounds) return false;
+  const int64_t blocks = ceil_div<int64_t>(M, rows * rounds);  // as few blocks as give equal rounds
+  kernel<<<unsigned(blocks), block, smem, stream>>>(x, w, b, y, mean, rstd, M, N, eps);
+  return true;
+}
+
 struct BackwardPlan {
-  int kind = 0;       // 1: rows in registers, 16-byte packs; 2: the same, one value per pack; 3: long rows;
-                      // 4: rows by bulk copy (backward_v2_bulk_kernel)
-  int packs = 0;      // kind 1: packs of x (and of grad_y) per thread
-  int depth = 1;      // kind 1: rows loaded ahead of the one computed
-  bool fuse = false;  // kind 1: column sums finished in the kernel (cooperative launch), no second kernel
+  int kind = 0;        // 1: rows in registers, 16-byte packs; 2: the same, one value per pack; 3: long rows;
+                       // 4: rows by bulk copy (backward_v2_bulk_kernel)
+  int packs = 0;       // kind 1: packs of x (and of grad_y) per thread
+  int depth = 1;       // kind 1: rows loaded ahead of the one computed
+  bool fuse = false;   // kind 1: column sums finished in the kernel (cooperative launch), no second kernel
+  bool early = false;  // kind 4: backward_v2_bulk_kernel's kEarly (config 7)
   dim3 block;
   int blocks = 0;  // grid size, = rows of partial sums
   size_t smem = 0;
@@ -987,21 +1201,21 @@ BackwardPlan plan_backward_rows(int kind, int64_t M, int N) {
 // Config 6: backward_v2_bulk_kernel (sm_90+, float/half/bf16, one 16-byte pack of the row per thread,
 // so rows up to 8192 bf16 or 4096 floats, in R = 1024 / threads groups). No plan (kind 0) elsewhere.
 template <typename T>
-BackwardPlan plan_backward_bulk(int64_t M, int N) {
+BackwardPlan plan_backward_bulk(int64_t M, int N, bool early) {
   BackwardPlan plan;
   constexpr int V = kPack16<T>;
   if constexpr (sizeof(T) <= 4) {
     if (device_attribute<cudaDevAttrComputeCapabilityMajor>() < 9 ||
         device_attribute<cudaDevAttrCooperativeLaunch>() == 0)
       return plan;
-    auto kernel = backward_v2_bulk_kernel<T, V>;
+    auto kernel = early ? backward_v2_bulk_kernel<T, V, true> : backward_v2_bulk_kernel<T, V, false>;
     cudaFuncAttributes attrs;
     COURSE_CUDA_CHECK(cudaFuncGetAttributes(&attrs, kernel));
     if (attrs.ptxVersion < 90) return plan;  // built for an older GPU (its body is a trap)
     const int threads = row_threads(N / V, 1);
     if (threads == 0) return plan;
     const int64_t rows = 1024 / threads < M ? 1024 / threads : M;
-    const size_t smem = BulkLayout<T>{int(rows), N}.total();
+    const size_t smem = BulkLayout<T>{int(rows), N, early}.total_bytes();
     if (smem > size_t(device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>())) return plan;
     COURSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     int per_sm = 0;
@@ -1015,6 +1229,7 @@ BackwardPlan plan_backward_bulk(int64_t M, int N) {
     plan.block = dim3(threads, unsigned(rows));
     plan.smem = smem;
     plan.kind = 4;
+    plan.early = early;
     plan.packs = 1;
     plan.fuse = true;
   }
@@ -1032,19 +1247,22 @@ BackwardPlan plan_backward_bulk(int64_t M, int N) {
 //       config 0 where a row takes the scalar or the long-row path, or without cooperative launch.
 //   6 = config 3 with the rows brought in by bulk copies (backward_v2_bulk_kernel; sm_90+, float, half,
 //       bf16, rows up to 1024 packs); config 3 where it does not apply.
-// The default (config 0 from Python) runs config 6 for half and bf16 and config 3 for float (config 3
+//   7 = config 6 with the last round's partial row written before its grad_x (kEarly).
+// The default (config 0 from Python) runs config 7 for half and bf16 and config 3 for float (config 3
 // took bf16 backward from 70/80/78% to 77/81/86% of copy at 4096x4096, 32768x1024, 8192x8192 and fp32
-// from 83.5/89.8/90.7% to 86.6/90.0/88.9%; config 6 bf16 on to 78-82/85-88/88-92%, fp32 no faster).
+// from 83.5/89.8/90.7% to 86.6/90.0/88.9%; config 6 bf16 on to 78-82/85-88/88-92%, fp32 no faster;
+// config 7 ~0.5-1 us less than 6 at 4096x4096 and 32768x1024 bf16, the same at 8192x8192).
 // config 5 is the former default (config 0's widths with sum_partials_kernel), kept for comparison.
 template <typename T>
 BackwardPlan plan_backward_v2(const T* dy, const T* x, const T* w, const T* dx, int64_t M, int N,
                               int requested) {
-  const int config = requested == 0 || requested == 6 ? 3 : (requested == 5 ? 0 : requested);
+  const bool bulk = requested == 6 || requested == 7;
+  const int config = requested == 0 || bulk ? 3 : (requested == 5 ? 0 : requested);
   constexpr int V = kPack16<T>;
   constexpr int kScalarPacks = kBwdBytes / 8 / (sizeof(T) > 4 ? 2 : 1);  // 4 floats, 2 doubles
   BackwardPlan plan;
-  if ((requested == 6 || (requested == 0 && sizeof(T) == 2)) && vectorizable<T>(N, {dy, x, w, dx})) {
-    plan = plan_backward_bulk<T>(M, N);
+  if ((bulk || (requested == 0 && sizeof(T) == 2)) && vectorizable<T>(N, {dy, x, w, dx})) {
+    plan = plan_backward_bulk<T>(M, N, requested == 7 || requested == 0);
     if (plan.kind == 4) return plan;
   }
   const bool fuse =
@@ -1094,15 +1312,24 @@ void layernorm_forward_v2(const T* x, const T* weight, const T* bias, T* y, Acc<
   COURSE_LAUNCH_CHECK();
 }
 
-// config (2-byte types only; others ignore it): 0 = 32 bytes per thread if the row fits, else 64;
-// 1 = 64 bytes (the float width); 2 = 16, else 32, else 64.
+// config (2-byte types only; others ignore it): 0 = 32 bytes per thread if the row fits, else 64, and on
+// sm_90+ the pipelined kernel where it applies and does at most 4 rounds; 1 = 64 bytes (the float width);
+// 2 = 16, else 32, else 64; 3 = the pipelined kernel wherever it applies (blocks of up to 256 threads),
+// else 0; 4 = config 0 without the pipelined kernel (the default before it).
 template <typename T>
 void layernorm_forward_v3(const T* x, const T* weight, const T* bias, T* y, Acc<T>* mean, Acc<T>* rstd,
                           int64_t M, int N, Acc<T> eps, cudaStream_t stream, int config) {
   constexpr int V = kPack16<T>;
   const bool vec = vectorizable<T>(N, {x, weight, bias, y});
   bool done = false;
-  if (vec) {
+  if constexpr (sizeof(T) == 2) {  // config 0's widths, rows pipelined through shared memory (see the kernel)
+    const bool hopper = device_attribute<cudaDevAttrComputeCapabilityMajor>() >= 9;
+    if (vec && (config == 3 || (config == 0 && hopper)))
+      done = launch_forward_v3_pipelined<T, V, kFwdBytes / 32>(x, weight, bias, y, mean, rstd, M, N, eps,
+                                                               stream, config == 3 ? INT64_MAX : 4);
+  }
+  if (config == 4) config = 0;  // config 0 without the pipelined kernel: the default before it
+  if (vec && !done) {
     if constexpr (sizeof(T) == 2) {
       if (config == 2)
         done = launch_forward_v3<T, V, kFwdBytes / 64>(x, weight, bias, y, mean, rstd, M, N, eps, stream);
@@ -1111,7 +1338,7 @@ void layernorm_forward_v3(const T* x, const T* weight, const T* bias, T* y, Acc<
     }
     if (!done)
       done = launch_forward_v3<T, V, kFwdBytes / 16>(x, weight, bias, y, mean, rstd, M, N, eps, stream);
-  } else {
+  } else if (!vec) {
     done = launch_forward_v3<T, 1, 8>(x, weight, bias, y, mean, rstd, M, N, eps, stream);
   }
   if (!done) {
@@ -1153,7 +1380,12 @@ void layernorm_backward_v2(const T* grad_y, const T* x, const Acc<T>* mean, cons
            rstd, weight, grad_x, workspace, grad_weight, grad_bias, M, N);
   };
   if (plan.kind == 4) {  // fuses (plan.fuse): cooperative
-    if constexpr (sizeof(T) <= 4) run(backward_v2_bulk_kernel<T, V>);
+    if constexpr (sizeof(T) <= 4) {
+      if (plan.early)
+        run(backward_v2_bulk_kernel<T, V, true>);
+      else
+        run(backward_v2_bulk_kernel<T, V, false>);
+    }
     COURSE_LAUNCH_CHECK();
     return;
   }

@@ -83,7 +83,7 @@ def test_backward_matches_autograd(ext, device, dtype, shape, version):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 @pytest.mark.parametrize("shape", [(64, 1024), (8, 8192), (3, 24576)], ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("config", [1, 2, 3, 4, 5, 6])
+@pytest.mark.parametrize("config", [1, 2, 3, 4, 5, 6, 7])
 def test_tuning_configs_match_the_default(ext, device, dtype, shape, config):
     """forward v3 and backward v2 take `config`, other widths per thread (benchmarks/tuning/layernorm.py compares their
     speed): the results match the default's up to rounding, also where a row falls back to a wider one."""
@@ -294,7 +294,7 @@ def test_weight_gradient_is_deterministic(ext, shape):
 @needs_gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("shape", [(4096, 1024), (1000, 4096), (300, 8192), (5, 96), (3000, 8), (7, 4097)], ids=str)
-@pytest.mark.parametrize("config", [0, 3, 4, 6])
+@pytest.mark.parametrize("config", [0, 3, 4, 6, 7])
 def test_fused_column_sums_are_deterministic_and_correct(ext, dtype, shape, config):
     """Backward configs 3, 4 and 6 (and so the default, 0) finish grad_weight and grad_bias inside one
     cooperative kernel (6: rows by bulk copy on sm_90+, else config 3): the same bits
@@ -319,6 +319,21 @@ def test_fused_column_sums_are_deterministic_and_correct(ext, dtype, shape, conf
     check.assert_close(first[2].double(), gb, name="grad_bias", **tol)
     want = ext.backward(gy, x, mean, rstd, w, 2, 0)
     check.assert_close(first[0], want[0], name="grad_x")
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64], ids=str)
+@pytest.mark.parametrize("shape", [(256, 4096), (1000, 1024), (7, 4097), (5000, 256), (3, 2, 8192)], ids=str)
+def test_pipelined_forward_gives_the_same_bits(ext, dtype, shape):
+    """Forward configs 3 and 4 bring the rows through shared memory (cp.async) instead of straight into
+    registers and do the same arithmetic in the same order: the same bits as config 0."""
+    x, w, b = inputs(shape, dtype, "cuda")
+    want = ext.forward(x, w, b, EPS, 3, 0)
+    for config in (3, 4):
+        with check.poisoned():
+            got = ext.forward(x, w, b, EPS, 3, config)
+        for name, a, e in zip(("y", "mean", "rstd"), got, want):
+            assert torch.equal(a, e), f"forward config {config}: {name} differs from config 0"
 
 
 @needs_gpu
