@@ -5,8 +5,10 @@
 //
 // config (default 0, the tuned one) picks other per-thread widths of forward v3 and backward v2 for
 // 2-byte types, for benchmarks/tuning/layernorm.py to compare; it changes speed only, never results beyond
-// rounding. Backward config 3 and 4 (float, half, bf16) also finish the weight and bias gradients inside the
-// one kernel, and config 6 (sm_90+) does that with the rows brought in by bulk copies
+// rounding. Forward config 3 brings the rows through shared memory (cp.async, a persistent grid), config 4
+// never does (config 0 does on sm_90+ where it pays). Backward config 3 and 4 (float, half, bf16) also
+// finish the weight and bias gradients inside the one kernel, config 6 (sm_90+) does that with the rows
+// brought in by bulk copies, and config 7 also writes the last partial row before the last grad_x
 // (benchmarks/tuning/layernorm.py compares them all).
 //
 // x has any shape [..., N]; weight and bias are [N] with x's dtype and device; mean and rstd have x's

@@ -235,30 +235,36 @@ __global__ void forward_v2_kernel(const T* __restrict__ x, const T* __restrict__
   }
 }
 
-// v3: a row group of blockDim.x threads (threadIdx.y picks the row) loads its row once, as kPacks
-// Packs of kVec values per thread (pack c goes to thread c % blockDim.x: each warp-wide load is 512
-// contiguous bytes), and keeps it in registers for the mean, the squared deviations and the output.
+// Loads of forward v3: this thread's kPacks Packs of kVec values of a row from `src` (global or shared
+// memory; pack c goes to thread c % blockDim.x: each warp-wide access is 512 contiguous bytes), and their
+// sum. A group whose row does not exist (`active` false) loads nothing.
 template <typename T, int kVec, int kPacks>
-__global__ __launch_bounds__(1024) void forward_v3_kernel(const T* __restrict__ x, const T* __restrict__ w,
-                                                          const T* __restrict__ b, T* __restrict__ y,
-                                                          Acc<T>* __restrict__ mean,
-                                                          Acc<T>* __restrict__ rstd, int64_t M, int N,
-                                                          Acc<T> eps) {
-  using acc_t = Acc<T>;
-  __shared__ acc_t buf[2][32];
-  const int64_t row = blockIdx.x * int64_t(blockDim.y) + threadIdx.y;
-  const bool active = row < M;  // inactive groups still join the __syncthreads of group_sum
-  Raw<T, kVec> v[kPacks];
-  acc_t s[1] = {0};
+__device__ __forceinline__ Acc<T> load_row(Raw<T, kVec> (&v)[kPacks], const T* src, int N, bool active) {
+  Acc<T> sum = 0;
 #pragma unroll
   for (int p = 0; p < kPacks; ++p) {
     const int j = (threadIdx.x + p * blockDim.x) * kVec;  // first column of pack p
     if (active && j < N) {
-      v[p].load(x + row * N + j);
+      v[p].load(src + j);
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) s[0] += v[p][k];
+      for (int k = 0; k < kVec; ++k) sum += v[p][k];
     }
   }
+  return sum;
+}
+
+// The rest of forward v3 for a row in registers (v, and its sum over this thread's values): the mean and
+// the mean of squared deviations over the row group (two passes over the registers), then y, mean and
+// rstd. Every thread of the block calls it (group_sum synchronizes the block); a group whose row does not
+// exist (`active` false) writes nothing.
+template <typename T, int kVec, int kPacks>
+__device__ __forceinline__ void normalize_row(const Raw<T, kVec> (&v)[kPacks], Acc<T> sum,
+                                              const T* __restrict__ w, const T* __restrict__ b,
+                                              T* __restrict__ y, Acc<T>* __restrict__ mean,
+                                              Acc<T>* __restrict__ rstd, int64_t row, int N, Acc<T> eps,
+                                              bool active, Acc<T> (&buf)[2][32]) {
+  using acc_t = Acc<T>;
+  acc_t s[1] = {sum};
   group_sum(s, buf[0]);
   const acc_t mu = s[0] / N;
   acc_t q[1] = {0};
@@ -289,6 +295,21 @@ __global__ __launch_bounds__(1024) void forward_v3_kernel(const T* __restrict__ 
     mean[row] = mu;
     rstd[row] = rs;
   }
+}
+
+// v3: each row group loads its row once, straight from global memory into registers.
+template <typename T, int kVec, int kPacks>
+__global__ __launch_bounds__(1024) void forward_v3_kernel(const T* __restrict__ x, const T* __restrict__ w,
+                                                          const T* __restrict__ b, T* __restrict__ y,
+                                                          Acc<T>* __restrict__ mean,
+                                                          Acc<T>* __restrict__ rstd, int64_t M, int N,
+                                                          Acc<T> eps) {
+  __shared__ Acc<T> buf[2][32];
+  const int64_t row = blockIdx.x * int64_t(blockDim.y) + threadIdx.y;
+  const bool active = row < M;  // inactive groups still join the __syncthreads of group_sum
+  Raw<T, kVec> v[kPacks];
+  const Acc<T> sum = load_row(v, x + row * N, N, active);
+  normalize_row<T, kVec, kPacks>(v, sum, w, b, y, mean, rstd, row, N, eps, active, buf);
 }
 
 // 16 bytes from global to shared memory without passing through registers (cp.async, sm_80+; a plain
@@ -332,8 +353,7 @@ template <typename T, int kVec, int kPacks>
 __global__ __launch_bounds__(256, 8) void forward_v3_pipelined_kernel(
     const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
     Acc<T>* __restrict__ mean, Acc<T>* __restrict__ rstd, int64_t M, int N, Acc<T> eps) {
-  using acc_t = Acc<T>;
-  __shared__ acc_t buf[2][32];
+  __shared__ Acc<T> buf[2][32];
   extern __shared__ float4 stage_[];  // [2 stages][R rows][N] of T
   T* stage = reinterpret_cast<T*>(stage_);
   const int R = blockDim.y;
@@ -358,47 +378,8 @@ __global__ __launch_bounds__(256, 8) void forward_v3_pipelined_kernel(
     const bool active = row < M;
     const T* xs = stage + (int64_t(st) * R + threadIdx.y) * N;
     Raw<T, kVec> v[kPacks];
-    acc_t s[1] = {0};
-#pragma unroll
-    for (int p = 0; p < kPacks; ++p) {
-      const int j = (threadIdx.x + p * blockDim.x) * kVec;
-      if (active && j < N) {
-        v[p].load(xs + j);
-#pragma unroll
-        for (int k = 0; k < kVec; ++k) s[0] += v[p][k];
-      }
-    }
-    group_sum(s, buf[0]);
-    const acc_t mu = s[0] / N;
-    acc_t q[1] = {0};
-#pragma unroll
-    for (int p = 0; p < kPacks; ++p) {
-      if (active && (threadIdx.x + p * blockDim.x) * kVec < N) {
-#pragma unroll
-        for (int k = 0; k < kVec; ++k) q[0] += (v[p][k] - mu) * (v[p][k] - mu);
-      }
-    }
-    group_sum(q, buf[1]);
-    const acc_t rs = rsqrt_acc(q[0] / N + eps);
-    if (active) {
-#pragma unroll
-      for (int p = 0; p < kPacks; ++p) {
-        const int j = (threadIdx.x + p * blockDim.x) * kVec;
-        if (j < N) {
-          Raw<T, kVec> wv, bv;
-          wv.load(w + j);
-          bv.load(b + j);
-          acc_t out[kVec];
-#pragma unroll
-          for (int k = 0; k < kVec; ++k) out[k] = (v[p][k] - mu) * rs * wv[k] + bv[k];
-          *reinterpret_cast<Pack<T, kVec>*>(y + row * N + j) = to_pack<T>(out);
-        }
-      }
-      if (threadIdx.x == 0) {
-        mean[row] = mu;
-        rstd[row] = rs;
-      }
-    }
+    const Acc<T> sum = load_row(v, xs, N, active);
+    normalize_row<T, kVec, kPacks>(v, sum, w, b, y, mean, rstd, row, N, eps, active, buf);
   }
   pipe::wait<0>();
 }
@@ -962,7 +943,9 @@ __global__ __launch_bounds__(1024) void backward_v2_bulk_kernel(
     if (one_warp_rows) __syncthreads();
     write_row(xch);
     auto grid = cooperative_groups::this_grid();
-    auto token = grid.barrier_arrive();
+#if __CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 2)
+    auto token = grid.barrier_arrive();  // the split grid barrier (cooperative_groups, CUDA 12.2+)
+#endif
     if (live) {  // x and grad_y again from the ring (held in registers across the exchange they would spill)
       Raw<T, kVec> xv, gv;
       xv.load(xs);
@@ -976,7 +959,11 @@ __global__ __launch_bounds__(1024) void backward_v2_bulk_kernel(
       }
       reinterpret_cast<Pack<T, kVec>*>(dx + row * N)[c] = to_pack<T>(out);
     }
+#if __CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 2)
     grid.barrier_wait(std::move(token));
+#else
+    grid.sync();  // older toolkits: the same result, without the overlap
+#endif
   } else {
     // The block's partial row: groups 1..R-1 leave their column sums in shared memory (the ring is free
     // now), group 0 adds them to its own in group order and writes the row. Thread c's kVec columns are
