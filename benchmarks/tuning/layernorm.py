@@ -1,16 +1,16 @@
 """Lesson 03 LayerNorm, the tuning candidates side by side (run from the repo root: python3 -m benchmarks.tuning.layernorm).
 
-For 4096x4096, 32768x1024 and 8192x8192 in bfloat16 and float32: our forward v3 and backward v2 under each
-`config` (0 = the default; for 2-byte types 1 = the old float width, forward 2 = 16 bytes per thread;
-backward 3 = grad_weight/grad_bias finished inside the one cooperative kernel, 4 = that plus two rows
-loaded ahead for 2-byte types, 6 = config 3 with the rows brought in by bulk copies (sm_90+), 0 = 6 for
-2-byte types and 3 for float, 5 = the former default with a second summing kernel), native PyTorch,
-torch.compile, and the % of a same-size device copy (CUDA events, L2 flushed, medians). Forward counts
-2*M*N elements, backward 3*M*N. float32 ignores the width configs, so it runs forward config 0 and
-backward 0, 6 and 5. Backward configs 0, 3, 4, 6 and 7 are also checked to give the same bits on repeated calls. Forward configs
-3 and 4 (rows pipelined through shared memory by cp.async; 4 held to 32 registers) must give the same bits
-as config 0; backward config 7 is config 6 with the partial row written and the grid barrier arrived at
-before the last round's grad_x.
+For 4096x4096, 32768x1024 and 8192x8192 in bfloat16 and float32: our forward v3 and backward v2 under the
+`config`s worth comparing, native PyTorch, torch.compile, and the % of a same-size device copy (CUDA
+events, L2 flushed). Forward counts 2*M*N elements, backward 3*M*N.
+- forward: 0 = the default; 3 = rows pipelined through shared memory by cp.async wherever that applies
+  (half/bf16), 4 = never (the default before it; float32 always runs that kernel). 3 and 4 must give the
+  same bits as 0.
+- backward, 2-byte types: 0 = the default (config 7 on sm_90+: bulk copies, the last partial row written
+  before the last grad_x), 6 = bulk copies without that, 3 = rows in registers, column sums finished in
+  the cooperative kernel. float32: 0 (= 3), 6 and 7. Every config gives the same gradients up to
+  rounding, and the same bits on repeated calls.
+(Configs measured slower everywhere, forward 1 and 2 and backward 1, 4 and 5, are still selectable.)
 Every measurement, the copy's included, is repeated (--repeat, default 3) in turn with the others
 (bench.compare(repeat=...)); the table gives the medians and the range of the timings (the lowest 20th to
 the highest 80th percentile), so the spread on one machine is visible next to the differences."""
