@@ -95,8 +95,9 @@ def _cxx() -> str:
 
 
 def _include_dirs(extra: list[Path]) -> list[Path]:
+    """`include_dirs` first (a test puts a wrong answer there), then the exercises (or solutions), then kernels/."""
     exercise_dir = KERNELS / ("solutions" if _env.solutions_enabled() else "exercises")
-    return [exercise_dir, KERNELS, *extra]
+    return [*extra, exercise_dir, KERNELS]
 
 
 def _cpp_command(name: str, cuda: bool, includes: list[Path], extra: list[str], debug: bool):
@@ -325,10 +326,15 @@ def _atomic(target: Path, build) -> None:
 
 
 def sources_for(name: str) -> list[Path]:
+    """An op's translation units: kernels/NAME.cpp (the PyTorch glue, the only one that includes torch
+    headers), kernels/NAME.cu (kernels and launchers), and its parts kernels/NAME.PART.cpp / .cu, which
+    include no torch headers either: an exercise's TUs (NAME.exercises.cpp / .cu compile the learner's
+    headers) or architecture-specific kernels (NAME.hopper.cu). Editing a part recompiles only that part."""
     found = [KERNELS / f"{name}{ext}" for ext in (".cpp", ".cu") if (KERNELS / f"{name}{ext}").exists()]
     if not found:
         raise FileNotFoundError(f"no kernels/{name}.cpp or kernels/{name}.cu")
-    return found
+    parts = sorted(p for ext in ("cpp", "cu") for p in KERNELS.glob(f"{name}.*.{ext}"))
+    return found + parts
 
 
 def load(
@@ -345,11 +351,12 @@ def load(
 ):
     """Build (or fetch from the cache) and import the extension `name`.
 
-    sources: files in kernels/ (default kernels/NAME.cpp and kernels/NAME.cu). `.cu` files are compiled
+    sources: files in kernels/ (default: sources_for(NAME)). `.cu` files are compiled
         only when building for CUDA; the `.cpp` then sees -DWITH_CUDA.
     cuda: build the CUDA parts (default: when a GPU is in use). CI sets it with no GPU to compile-check.
     archs: e.g. ["7.5", "9.0"] (default: this GPU's architecture only, for the fastest build).
     debug: -O0 -g (and -G for device code); default from the environment variable DEBUG=1.
+    include_dirs: searched before kernels/exercises/ (or solutions/) and kernels/.
     """
     global last_build
     t0 = time.time()

@@ -1,15 +1,27 @@
-"""Self-checks for exercises: run your op against its reference on fixed and random cases.
+"""Self-checks for exercises: the learner's grader. Run your op against its reference on many cases.
 
-    selfcheck.run("backward kernel", lambda x, g: ext.backward(g, x, c, False, 1)[0],
-                  lambda x, g: reference(x, g), make_inputs, device=env.device)
+    selfcheck.run("backward kernel", lambda x, g, c: ext.backward(g, x, c, False, 1)[0],
+                  reference, make_inputs, device=device)
 
-Cases cover awkward sizes (1, 3, 1151, sizes that are not multiples of the block or of a 16-byte
-pack) and random shapes from a fixed seed, in every dtype asked for. Outputs are poisoned with NaN
-(check.poisoned) so an unwritten element fails. Prints a one-line verdict; raises AssertionError
-with the first failing case and the reason when the answer is wrong.
+What a wrong answer cannot get past:
+* unwritten outputs: every output is poisoned with NaN first (check.poisoned), so an element the kernel
+  never wrote fails, and so does a skipped tail (sizes 1, 3, 257, 1151, 65539: not multiples of a block
+  or of a 16-byte pack);
+* answers fitted to the check: the seed is drawn afresh on every run, and with it the random shapes and
+  whatever `make_inputs` draws (values, coefficients, eps). A failure prints the seed, and
+  `check(seed=N)` (or COURSE_SELFCHECK_SEED=N) replays exactly that case;
+* answers that break a rule the lesson states: `special` cases, each with its own explanation (say, rows
+  with a large mean for a variance formula that cancels);
+* index overflow (`large_case`): a tensor of more than 2^31 elements, where the card has the memory.
+
+A passing run prints one line and is remembered: `passed(name)` tells later cells whether to time it.
 """
 
 from __future__ import annotations
+
+import dataclasses
+import os
+import random
 
 import torch
 
@@ -18,14 +30,71 @@ from . import check, env
 DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)  # every dtype the course's kernels take
 SIZES = [1, 3, 8, 31, 256, 257, 1151, 4097, 65536 + 3]
 
+_results: dict[str, bool] = {}
+
+
+@dataclasses.dataclass
+class Case:
+    """A case the fixed sizes and random draws would not hit: `why` says what it tests, and is shown
+    when it fails (for example, "rows with a large mean: mean(x^2) - mean(x)^2 cancels there")."""
+
+    why: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    make_inputs: object  # (shape, dtype, device, generator) -> inputs
+    tolerances: dict | None = None  # dict(rtol=..., atol=...) for this case, else the dtype's
+
+
+def new_seed(seed: int | None = None) -> int:
+    """`seed` if given, else $COURSE_SELFCHECK_SEED, else a fresh one (a different run each time)."""
+    if seed is not None:
+        return int(seed)
+    if os.environ.get("COURSE_SELFCHECK_SEED"):
+        return int(os.environ["COURSE_SELFCHECK_SEED"])
+    return random.SystemRandom().randrange(1, 1 << 31)
+
 
 def shapes(seed: int = 0, random_cases: int = 4) -> list[tuple[int, ...]]:
+    """The awkward fixed sizes, two fixed multi-dimensional shapes, and `random_cases` shapes drawn from `seed`."""
     g = torch.Generator().manual_seed(seed)
     out = [(n,) for n in SIZES] + [(7, 129), (2, 3, 5)]
     for _ in range(random_cases):
         dims = int(torch.randint(1, 4, (1,), generator=g))
         out.append(tuple(int(v) for v in torch.randint(1, 200, (dims,), generator=g)))
     return out
+
+
+def passed(name: str) -> bool:
+    """Whether the self-check `name` passed in this session (cells that time your kernel ask this)."""
+    return _results.get(name, False)
+
+
+def _as_tuple(v):
+    return tuple(v) if isinstance(v, (tuple, list)) else (v,)
+
+
+def _fail(name: str, where: str, error: AssertionError, hint: str, seed: int, why: str = "") -> None:
+    msg = f"{name}: not yet. {where}:\n"
+    if why:
+        msg += f"This case checks {why}\n"
+    msg += str(error)
+    if hint:
+        msg += f"\nHint: {hint}"
+    msg += f"\n(Replay this run with check(seed={seed}) or COURSE_SELFCHECK_SEED={seed}.)"
+    print("❌ " + msg.splitlines()[0])
+    _results[name] = False
+    raise AssertionError(msg) from None
+
+
+def _compare(name, got, want, where, hint, seed, why="", tolerances=None):
+    got, want = _as_tuple(got), _as_tuple(want)
+    if len(got) != len(want):
+        _fail(name, where, AssertionError(f"returned {len(got)} outputs, expected {len(want)}"), hint, seed, why)
+    for i, (a, b) in enumerate(zip(got, want)):
+        try:
+            check.assert_close(a, b, name=f"output {i}" if len(want) > 1 else "output", **(tolerances or {}))
+        except AssertionError as e:
+            _fail(name, where, e, hint, seed, why)
 
 
 def run(
@@ -37,38 +106,101 @@ def run(
     device=None,
     dtypes=DTYPES,
     shapes_=None,
+    special: list[Case] = (),
     hint: str = "",
     tolerances: dict | None = None,
+    seed: int | None = None,
 ) -> int:
-    """fn(*inputs) and reference(*inputs) must return a tensor (or a tuple of tensors).
-    make_inputs(shape, dtype, device, generator) returns the inputs. device defaults to env.default_device().
-    Returns the number of cases run."""
+    """fn(*inputs) and reference(*inputs) return a tensor or a tuple of tensors; make_inputs(shape, dtype,
+    device, generator) returns the inputs, drawing everything random from the generator. `tolerances` maps a
+    dtype to dict(rtol=..., atol=...). Runs the `special` cases first, then every dtype x shape. Returns the
+    number of cases; raises AssertionError (message starting "NAME: not yet.") on the first failure."""
     device = env.default_device(device)
+    seed = new_seed(seed)
     cases = 0
+    for case in special:
+        g = torch.Generator().manual_seed(seed + cases)
+        inputs = case.make_inputs(case.shape, case.dtype, device, g)
+        with check.poisoned():
+            got = fn(*inputs)
+        where = f"Case {'x'.join(map(str, case.shape))} {_dtype(case.dtype)} on {device}"
+        tol = case.tolerances or (tolerances or {}).get(case.dtype, {})
+        _compare(name, got, reference(*inputs), where, hint, seed, case.why, tol)
+        cases += 1
     for dtype in dtypes:
-        for shape in shapes_ or shapes():
-            g = torch.Generator().manual_seed(cases)
+        for shape in shapes_ or shapes(seed):
+            g = torch.Generator().manual_seed(seed + cases)
             inputs = make_inputs(shape, dtype, device, g)
             with check.poisoned():
                 got = fn(*inputs)
-            want = reference(*inputs)
-            got = got if isinstance(got, (tuple, list)) else (got,)
-            want = want if isinstance(want, (tuple, list)) else (want,)
-            for i, (a, b) in enumerate(zip(got, want)):
-                try:
-                    check.assert_close(
-                        a, b, name=f"output {i}" if len(want) > 1 else "output", **(tolerances or {}).get(dtype, {})
-                    )
-                except AssertionError as e:
-                    shape_s = "x".join(map(str, shape))
-                    msg = f"{name}: not yet. Case {shape_s} {str(dtype).replace('torch.', '')} on {device}:\n{e}"
-                    if hint:
-                        msg += f"\nHint: {hint}"
-                    print("❌ " + msg.splitlines()[0])
-                    raise AssertionError(msg) from None
+            where = f"Case {'x'.join(map(str, shape))} {_dtype(dtype)} on {device}"
+            _compare(name, got, reference(*inputs), where, hint, seed, "", (tolerances or {}).get(dtype, {}))
             cases += 1
-    print(
-        f"✅ {name}: all {cases} cases match the reference on {device} "
-        f"({', '.join(str(d).replace('torch.', '') for d in dtypes)})."
-    )
+    _results[name] = True
+    print(f"✅ {name}: all {cases} cases match the reference on {device} ({', '.join(map(_dtype, dtypes))}).")
     return cases
+
+
+def _dtype(d: torch.dtype) -> str:
+    return str(d).replace("torch.", "")
+
+
+def large_case(
+    name: str,
+    fn,
+    reference,
+    make_inputs,
+    *,
+    dtype=torch.bfloat16,
+    numel: int = (1 << 31) + 4099,
+    buffers: int = 3,
+    hint: str = "",
+    seed: int | None = None,
+) -> bool:
+    """Index overflow: fn on a 1-D CUDA tensor of `numel` > 2^31 elements, compared with the reference on
+    windows at the start, across element 2^31 and at the end. An `int` index (blockIdx.x * blockDim.x +
+    threadIdx.x in 32 bits) wraps there and writes the wrong elements or leaves the last ones unwritten.
+    `buffers` tensors of that size must fit in free GPU memory (inputs and outputs); otherwise prints why it
+    is skipped and returns False. make_inputs(numel, dtype, device, generator) returns the inputs; inputs of
+    `numel` elements are cut into the windows for the reference, others are passed whole."""
+    if not (env.cuda_mode() and torch.cuda.is_available()):
+        print(f"ℹ️  {name}: the > 2^31-element case needs a GPU; skipped.")
+        return False
+    need = buffers * numel * torch.empty((), dtype=dtype).element_size()
+    free, _ = torch.cuda.mem_get_info()
+    if need > 0.8 * free:
+        print(
+            f"ℹ️  {name}: the > 2^31-element case needs {need / 2**30:.1f} GiB of GPU memory, "
+            f"{free / 2**30:.1f} GiB are free; skipped."
+        )
+        return False
+    seed = new_seed(seed)
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    inputs = make_inputs(numel, dtype, torch.device("cuda"), g)
+    with check.poisoned():
+        got = _as_tuple(fn(*inputs))
+    w = 4096
+    for lo in (0, (1 << 31) - w, numel - 2 * w):
+        window = slice(lo, lo + 2 * w)
+        cut = [t[window] if isinstance(t, torch.Tensor) and t.numel() == numel else t for t in inputs]
+        mine = tuple(t[window] if t.numel() == numel else t for t in got)
+        _compare(
+            name,
+            mine,
+            reference(*cut),
+            f"Case {numel} {_dtype(dtype)} (past 2^31), elements {lo}..{lo + 2 * w}",
+            hint + "; index with int64_t: blockIdx.x * int64_t(blockDim.x) + threadIdx.x",
+            seed,
+        )
+    del inputs, got
+    torch.cuda.empty_cache()
+    print(f"✅ {name}: correct past element 2^31 ({numel} elements, {_dtype(dtype)}).")
+    return True
+
+
+def parts(device=None) -> list[torch.device]:
+    """The devices an exercise is checked on: the one asked for, else the CPU (your Part 1) and, in CUDA
+    mode, the GPU too (your Part 2). Every part you wrote is checked on a GPU machine."""
+    if device is not None:
+        return [torch.device(device)]
+    return [torch.device("cpu")] + ([torch.device("cuda")] if env.cuda_mode() else [])

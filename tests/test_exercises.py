@@ -1,13 +1,16 @@
-"""Every exercise: the learner's stub is what the solution generates, the self-check passes with the
-solution and fails with an AssertionError (not a crash) on the stub, on every device present."""
+"""Every exercise, in all directions: the learner's stub is what the solution generates; the self-check
+passes with the solution, and fails with an AssertionError (not a crash) on the stub and on every committed
+wrong answer (helpers/exercises/<name>.py WRONG), on each device present: the CPU parts in CI, the CUDA
+parts on a GPU machine."""
 
-import importlib
+import re
 
 import pytest
 
 from helpers import exercises
 
 NAMES = exercises.names()
+WRONGS = [(name, w) for name in NAMES for w in getattr(exercises.module(name), "WRONG", [])]
 
 
 def test_there_are_exercises():
@@ -26,13 +29,38 @@ def test_make_stub_removes_the_answer_and_keeps_the_rest():
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_every_exercise_names_its_op_and_has_three_wrong_answers_per_part(name):
+    mod = exercises.module(name)
+    assert hasattr(mod, "OP") and callable(mod.check)
+    wrong = getattr(mod, "WRONG", [])
+    parts = {w.part for w in wrong}
+    assert parts <= {"cpu", "cuda"}
+    assert len(wrong) >= 3, f"{name}: commit at least three wrong answers learners really make"
+
+
+@pytest.mark.parametrize("name,wrong", WRONGS, ids=[f"{n}-{w.part}-{w.why[:40]}" for n, w in WRONGS])
+def test_wrong_answer_still_applies_to_the_solution(name, wrong):
+    text = exercises.apply_wrong(name, wrong)
+    assert text != exercises.solution_file(name, wrong).read_text()
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_solution_passes_selfcheck(name, device, monkeypatch):
     monkeypatch.setenv("COURSE_SOLUTIONS", "1")
-    assert importlib.import_module(f"helpers.exercises.{name}").check(device=device) > 0
+    assert exercises.module(name).check(device=device) > 0
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_stub_fails_selfcheck_with_assertion(name, device, monkeypatch):
     monkeypatch.setenv("COURSE_SOLUTIONS", "0")
     with pytest.raises(AssertionError, match="not yet"):
-        importlib.import_module(f"helpers.exercises.{name}").check(device=device)
+        exercises.module(name).check(device=device)
+
+
+@pytest.mark.parametrize("name,wrong", WRONGS, ids=[f"{n}-{w.part}-{w.why[:40]}" for n, w in WRONGS])
+def test_wrong_answer_fails_selfcheck(name, wrong, device):
+    if device.type != wrong.part:
+        pytest.skip(f"breaks the {wrong.part} part; this run checks {device.type}")
+    ext = exercises.build_wrong(name, wrong)
+    with pytest.raises(AssertionError, match=re.escape("not yet")):
+        exercises.module(name).check(device=device, ext=ext)

@@ -1,5 +1,8 @@
-"""Every lesson runs top to bottom headless, with exercise solutions, on whatever this machine has
-(CPU mode in CI, the GPU in `make test-gpu`). Executed copies go to $COURSE_NB_OUT when it is set."""
+"""Every lesson runs top to bottom headless on whatever this machine has (CPU mode in CI, the GPU in
+`make test-gpu`), twice: with the exercise solutions, where every cell must run, and in learner mode (the
+generated stubs), where every self-check cell (tagged "selfcheck") must fail with the friendly
+AssertionError and every other cell must still run: cells after a self-check that need the answer ask
+`selfcheck.passed(...)` and say so. Executed copies go to $COURSE_NB_OUT when it is set."""
 
 import json
 import os
@@ -34,14 +37,27 @@ def test_every_lesson_starts_with_the_same_bootstrap_cell():
     assert "env.bootstrap(" in next(iter(firsts.values()))
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs_top_to_bottom(path, monkeypatch):
+def _selfcheck_cells(nb) -> list[int]:
+    return [i for i, c in enumerate(nb["cells"]) if "selfcheck" in c.get("metadata", {}).get("tags", [])]
+
+
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if not p.stem.startswith("00")], ids=lambda p: p.stem)
+def test_every_lesson_has_at_least_two_selfchecks(path):
+    nb = json.loads(path.read_text())
+    assert len(_selfcheck_cells(nb)) >= 2, f"{path.name}: tag each exercise's self-check cell with 'selfcheck'"
+
+
+def _execute(path: Path, monkeypatch, solutions: bool):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
-    monkeypatch.setenv("COURSE_SOLUTIONS", "1")
+    monkeypatch.setenv("COURSE_SOLUTIONS", "1" if solutions else "0")
     nb = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(
-        nb, timeout=1200, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+        nb,
+        timeout=1200,
+        kernel_name="python3",
+        allow_errors=not solutions,
+        resources={"metadata": {"path": str(path.parent)}},
     )
     try:
         client.execute()
@@ -49,4 +65,31 @@ def test_notebook_runs_top_to_bottom(path, monkeypatch):
         out = os.environ.get("COURSE_NB_OUT")
         if out:
             Path(out).mkdir(parents=True, exist_ok=True)
-            nbformat.write(nb, Path(out) / path.name)
+            nbformat.write(nb, Path(out) / (path.stem + ("" if solutions else "_learner") + ".ipynb"))
+    return nb
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_top_to_bottom(path, monkeypatch):
+    _execute(path, monkeypatch, solutions=True)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_in_learner_mode_fails_only_at_its_selfchecks(path, monkeypatch):
+    nb = _execute(path, monkeypatch, solutions=False)
+    checks = set(_selfcheck_cells(nb))
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+        head = "".join(cell.source).splitlines()[:1]
+        if i in checks:
+            assert errors, f"{path.name} cell {i} {head}: the self-check passed on the stub"
+            assert errors[0]["ename"] == "AssertionError" and "not yet" in errors[0]["evalue"], (
+                f"{path.name} cell {i} {head}: the stub should fail with the friendly AssertionError, got "
+                f"{errors[0]['ename']}: {errors[0]['evalue'][:300]}"
+            )
+        else:
+            assert not errors, (
+                f"{path.name} cell {i} {head} failed in learner mode: {errors[0]['ename']}: {errors[0]['evalue'][:300]}"
+            )

@@ -1,5 +1,14 @@
 """Exercises: kernels/solutions/ is the source of truth, kernels/exercises/ is generated from it, and
-helpers/exercises/<name>.py holds the self-check of kernels/solutions/<name>.* as `check(device=None)`.
+helpers/exercises/<name>.py holds, for kernels/solutions/<name>.*:
+
+    OP = "polynomial"                  # the op (kernels/OP.*) whose build compiles the exercise
+    def check(device=None, ext=None, seed=None) -> int
+        # the self-check: every part the learner wrote (the CPU part, and the CUDA part in CUDA mode;
+        # only `device` if given), on cases drawn afresh each run (selfcheck.run)
+    WRONG = [Wrong(...), ...]          # mistakes learners really make; tests prove check() rejects each
+
+An exercise header is compiled only by the op's torch-free parts (kernels/OP.exercises.cpp / .cu), never by
+kernels/OP.cpp, so an edit to it rebuilds in seconds (tests/test_style.py checks that).
 
 In a solution file the answer sits between `// BEGIN SOLUTION` and `// END SOLUTION`; the learner's
 copy replaces it with a TODO line, which compiles and leaves the output unwritten (the self-checks
@@ -11,7 +20,12 @@ poison outputs with NaN, so an unwritten output fails them).
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import importlib
+import os
 import re
+import tempfile
 from pathlib import Path
 
 from ..env import KERNELS
@@ -57,3 +71,66 @@ def main(argv: list[str]) -> int:
 def names() -> list[str]:
     """One name per exercise: the stem of each file in kernels/solutions/."""
     return sorted({f.name.split(".")[0] for f in SOLUTIONS.iterdir() if f.is_file()})
+
+
+@dataclasses.dataclass
+class Wrong:
+    """A wrong answer, as a learner writes it: the solution with `edits` applied (each `old` text must occur
+    exactly once in the solution file, so a test notices when the solution changes under it). `part` is
+    the part it breaks, "cpu" or "cuda": the self-check on that device must reject it."""
+
+    why: str
+    edits: list[tuple[str, str]]
+    part: str
+    file: str | None = None  # the solution file it edits (default: the exercise's only file)
+
+
+def module(name: str):
+    return importlib.import_module(f"{__name__}.{name}")
+
+
+def solution_file(name: str, wrong: Wrong | None = None) -> Path:
+    if wrong is not None and wrong.file:
+        return SOLUTIONS / wrong.file
+    files = sorted(f for f in SOLUTIONS.iterdir() if f.is_file() and f.name.split(".")[0] == name)
+    if len(files) != 1:
+        raise ValueError(f"exercise {name} has {len(files)} solution files: name the one with Wrong(file=...)")
+    return files[0]
+
+
+def apply_wrong(name: str, wrong: Wrong) -> str:
+    """The text of the solution file with the wrong answer's edits applied."""
+    path = solution_file(name, wrong)
+    text = path.read_text()
+    for old, new in wrong.edits:
+        n = text.count(old)
+        if n != 1:
+            raise ValueError(f"wrong answer {wrong.why!r}: {old!r} occurs {n} times in {path.name}, expected once")
+        text = text.replace(old, new)
+    return text
+
+
+@contextlib.contextmanager
+def _solutions_on():
+    was = os.environ.get("COURSE_SOLUTIONS")
+    os.environ["COURSE_SOLUTIONS"] = "1"
+    try:
+        yield
+    finally:
+        if was is None:
+            del os.environ["COURSE_SOLUTIONS"]
+        else:
+            os.environ["COURSE_SOLUTIONS"] = was
+
+
+def build_wrong(name: str, wrong: Wrong, cuda: bool | None = None):
+    """The op of exercise `name` built with this wrong answer in place of the solution (the other exercise
+    files are the solutions). Returns the loaded extension."""
+    from .. import loader
+
+    mod = module(name)
+    path = solution_file(name, wrong)
+    with tempfile.TemporaryDirectory(prefix=f"wrong-{name}-") as tmp:
+        (Path(tmp) / path.name).write_text(apply_wrong(name, wrong))
+        with _solutions_on():
+            return loader.load(mod.OP, include_dirs=[tmp], cuda=cuda)
