@@ -19,6 +19,7 @@ A passing run prints one line and is remembered: `passed(name)` tells later cell
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import random
@@ -67,6 +68,14 @@ def shapes(seed: int = 0, random_cases: int = 4) -> list[tuple[int, ...]]:
 def passed(name: str) -> bool:
     """Whether the self-check `name` passed in this session (cells that time your kernel ask this)."""
     return _results.get(name, False)
+
+
+@contextlib.contextmanager
+def exercise(name: str):
+    """Wrap an exercise's whole check (all its parts): passed(name) is True only if every part passed."""
+    _results[name] = False
+    yield
+    _results[name] = True
 
 
 def _as_tuple(v):

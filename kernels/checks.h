@@ -5,6 +5,7 @@
 //   check_same_device(t, "c", x, "x")                                               (RuntimeError)
 //   check_same_dtype(t, "c", x, "x")                                                (TypeError)
 //   check_shape(t, "c", {4})                                                        (ValueError)
+//   check_version(v, 3)             an op's `version` argument is 1..3                 (ValueError)
 //   shape_str(t.sizes())            "[3, 4]", for messages (see below: no ostream for numbers)
 //   acc_dtype(t)                    float64 for float64 tensors, else float32: the math type
 //   CudaType<scalar_t>::type        at::Half -> __half, at::BFloat16 -> __nv_bfloat16 (WITH_CUDA only)
@@ -46,6 +47,11 @@ inline std::string shape_str(at::IntArrayRef shape) {
 inline void check_shape(const at::Tensor& t, const char* name, at::IntArrayRef shape) {
   TORCH_CHECK_VALUE(t.sizes() == shape, name, " must have shape ", shape_str(shape), ", got ",
                     shape_str(t.sizes()));
+}
+
+inline void check_version(int64_t version, int64_t max_version) {
+  TORCH_CHECK_VALUE(version >= 1 && version <= max_version, "version must be between 1 and ",
+                    std::to_string(max_version), ", got ", std::to_string(version));
 }
 
 inline at::ScalarType acc_dtype(const at::Tensor& t) {

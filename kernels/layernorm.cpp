@@ -142,11 +142,6 @@ void backward_cpu(const T* dy, const T* x, const acc_t* mean, const acc_t* rstd,
   });
 }
 
-void check_version(int64_t version, int64_t max_version) {
-  TORCH_CHECK_VALUE(version >= 1 && version <= max_version, "version must be between 1 and ",
-                    std::to_string(max_version), ", got ", std::to_string(version));
-}
-
 // x is [..., N] with N >= 1; `param` ([N], x's dtype and device) is weight or bias.
 void check_x(const at::Tensor& x) {
   check_floating(x, "x");

@@ -79,11 +79,6 @@ at::Tensor checked_coeffs(const at::Tensor& x, const at::Tensor& coeffs) {
   return coeffs.to(acc_dtype(x)).contiguous();
 }
 
-void check_version(int64_t version, int64_t max_version) {
-  TORCH_CHECK_VALUE(version >= 1 && version <= max_version, "version must be between 1 and ",
-                    std::to_string(max_version), ", got ", std::to_string(version));
-}
-
 }  // namespace
 
 at::Tensor forward(const at::Tensor& x_in, const at::Tensor& coeffs_in, int64_t version) {
