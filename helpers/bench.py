@@ -3,12 +3,16 @@
     t = bench.time(lambda: ext.forward(x, coeffs))          # Timing(median, p20, p80) in ms
     rows = bench.compare({"ours": f, "native": g, "torch.compile": h}, nbytes=2 * x.nbytes,
                          op="poly fwd", shape=x.shape, dtype=x.dtype)
+    print(bench.table(rows, baseline="native"))
 
-On CUDA, `time` is triton.testing.do_bench: CUDA events around each call, warm-up first, the L2 cache
-flushed before every call, medians and 20th/80th percentiles. Without triton the same loop is done here.
-On the CPU it is torch.utils.benchmark's blocked_autorange. Memory-bound kernels are judged against
-`copy_gbps(nbytes)`: a device-to-device copy moving the same number of bytes, timed the same way, in
-the same process, on the same card. Never time a kernel on zeros (compressible, and not your data).
+The timers are the libraries', not copies of them:
+* on CUDA, `time` is triton.testing.do_bench: CUDA events around each call, warm-up first, the L2 cache
+  flushed before every call, the median and the 20th/80th percentiles (the GPU's time only);
+* `wall` is torch.utils.benchmark.Timer.blocked_autorange: the wall clock per call, Python, dispatcher
+  and launches included (it synchronizes the GPU); on the CPU `time` is the same thing.
+Memory-bound kernels are judged against `copy_gbps(nbytes)`: a device-to-device copy moving the same
+number of bytes, timed the same way, in the same process, on the same card. Never time a kernel on zeros
+(compressible, and not your data).
 
 A 30 us kernel timed twice in one process can differ by a few percent (clocks, what ran just before), and
 so can the copy it is compared with. `compare(..., repeat=3)` times the copy and every implementation in
@@ -23,6 +27,8 @@ import statistics
 
 import torch
 
+QUANTILES = (0.5, 0.2, 0.8)  # Timing's ms, lo, hi
+
 
 @dataclasses.dataclass(frozen=True)
 class Timing:
@@ -34,30 +40,8 @@ class Timing:
         return nbytes / (self.ms * 1e-3) / 1e9
 
 
-def _cuda_events(fn, warmup_ms=25, rep_ms=100) -> list[float]:
-    flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
-    fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(5):
-        flush.zero_()
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    est = max(start.elapsed_time(end) / 5, 1e-3)
-    for _ in range(max(1, int(warmup_ms / est))):
-        fn()
-    n = max(1, int(rep_ms / est))
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-    for s, e in zip(starts, ends):
-        flush.zero_()
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+def _default_device(device) -> str:
+    return str(device or ("cuda" if torch.cuda.is_available() else "cpu"))
 
 
 def graphed(fn):
@@ -79,28 +63,24 @@ def graphed(fn):
 
 
 def time(fn, *, device: str | torch.device | None = None, rep_ms: int = 100) -> Timing:
-    """Time fn() (no arguments). `device` defaults to CUDA when available."""
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if torch.device(device).type == "cuda":
-        try:
-            from triton.testing import do_bench
-        except ImportError:
-            return _summary(_cuda_events(fn, rep_ms=rep_ms))
-        med, lo, hi = do_bench(fn, warmup=25, rep=rep_ms, quantiles=[0.5, 0.2, 0.8])
-        return Timing(med, lo, hi)
+    """Time fn() (no arguments): on CUDA the GPU time by triton.testing.do_bench (L2 flushed before each
+    call, about `rep_ms` of calls), elsewhere the wall clock (`wall`). `device` defaults to CUDA when available."""
+    if torch.device(_default_device(device)).type != "cuda":
+        return wall(fn)
+    from triton.testing import do_bench  # torch's CUDA wheels on Linux depend on triton
+
+    return Timing(*do_bench(fn, warmup=25, rep=rep_ms, quantiles=list(QUANTILES)))
+
+
+def wall(fn, *, min_run_time: float = 0.2) -> Timing:
+    """Wall-clock time per call of fn() by torch.utils.benchmark.Timer.blocked_autorange (at least
+    `min_run_time` seconds of calls, in blocks; the GPU is synchronized around each block), in ms: the
+    CPU time around the kernels (Python, autograd, launches) that GPU events do not see."""
     import torch.utils.benchmark as tb
 
-    m = tb.Timer(stmt="fn()", globals={"fn": fn}).blocked_autorange(min_run_time=0.2)
-    return _summary([t * 1e3 for t in m.times])
-
-
-def _summary(times_ms: list[float]) -> Timing:
-    """Median and 20th/80th percentiles (linear interpolation, so lo <= median <= hi always)."""
-    import numpy as np
-
-    lo, med, hi = np.percentile(np.asarray(times_ms, dtype=float), [20, 50, 80])
-    return Timing(float(med), float(lo), float(hi))
+    m = tb.Timer(stmt="fn()", globals={"fn": fn}).blocked_autorange(min_run_time=min_run_time)
+    q = torch.tensor(m.times, dtype=torch.float64).quantile(torch.tensor(QUANTILES, dtype=torch.float64))
+    return Timing(*(float(v) * 1e3 for v in q))
 
 
 @functools.cache
@@ -113,8 +93,7 @@ def _copy_gbps(nbytes: int, device: str) -> float:
 
 def copy_gbps(nbytes: int, device: str | torch.device | None = None) -> float:
     """GB/s of a device-to-device copy that moves `nbytes` (reads + writes) on this card, this run."""
-    device = str(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    return _copy_gbps(int(nbytes), device)
+    return _copy_gbps(int(nbytes), _default_device(device))
 
 
 def compare(fns: dict, *, nbytes: int, device=None, graph: bool = False, repeat: int = 1, **labels) -> list[dict]:
@@ -123,26 +102,20 @@ def compare(fns: dict, *, nbytes: int, device=None, graph: bool = False, repeat:
     fn as a CUDA graph replay (see `graphed`; CUDA only, ignored on the CPU). repeat > 1 times the copy
     and then each fn in turn, `repeat` times over, and reports the median of each (ms_lo and ms_hi: the
     lowest 20th and highest 80th percentile of the repeats)."""
-    device = str(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = _default_device(device)
     if graph and torch.device(device).type == "cuda":
         fns = {impl: graphed(fn) for impl, fn in fns.items()}
-    if repeat <= 1:
-        copy = copy_gbps(nbytes, device)
-        timings = {impl: time(fn, device=device) for impl, fn in fns.items()}
-    else:
-        copies, runs = [], {impl: [] for impl in fns}
-        for _ in range(repeat):
-            _copy_gbps.cache_clear()
-            copies.append(copy_gbps(nbytes, device))
-            for impl, fn in fns.items():
-                runs[impl].append(time(fn, device=device))
-        copy = statistics.median(copies)
-        timings = {
-            impl: Timing(statistics.median(t.ms for t in ts), min(t.lo for t in ts), max(t.hi for t in ts))
-            for impl, ts in runs.items()
-        }
+    copies, runs = [], {impl: [] for impl in fns}
+    for _ in range(max(1, repeat)):
+        if repeat > 1:
+            _copy_gbps.cache_clear()  # time the copy again in every round
+        copies.append(copy_gbps(nbytes, device))
+        for impl, fn in fns.items():
+            runs[impl].append(time(fn, device=device))
+    copy = statistics.median(copies)
     rows = []
-    for impl, t in timings.items():
+    for impl, ts in runs.items():
+        t = Timing(statistics.median(t.ms for t in ts), min(t.lo for t in ts), max(t.hi for t in ts))
         rows.append(
             dict(
                 labels,
@@ -160,24 +133,32 @@ def compare(fns: dict, *, nbytes: int, device=None, graph: bool = False, repeat:
     return rows
 
 
-def table(rows: list[dict], baseline: str | None = None) -> str:
-    """A plain-text table of `compare` rows; with `baseline`, a column of speed-ups over that impl."""
+def _text(value) -> str:
+    if isinstance(value, (tuple, list, torch.Size)):
+        return "x".join(map(str, value))
+    return str(value if value is not None else "").replace("torch.", "")
+
+
+def table(rows: list[dict], baseline: str | tuple[str, ...] | None = None, impls: tuple[str, ...] | None = None) -> str:
+    """A plain-text table of `compare` rows, one line per row: op, shape, dtype, impl, ms, GB/s, % of copy.
+    With `baseline` (an impl, or several), a column of speed-ups over each: its ms / this row's ms for
+    the same op, shape and dtype. With `impls`, only the rows of those impls are listed (the baselines are
+    still looked up among all rows): table(rows, ("native", "torch.compile"), impls=("ours",))."""
+    baselines = (baseline,) if isinstance(baseline, str) else tuple(baseline or ())
 
     def key(r):
-        return tuple(str(r.get(k)) for k in ("op", "shape", "dtype"))
+        return tuple(_text(r.get(k)) for k in ("op", "shape", "dtype"))
 
-    base = {key(r): r["ms"] for r in rows if r["impl"] == baseline}
-    head = f"{'op':<18}{'shape':<16}{'dtype':<10}{'impl':<16}{'ms':>9}{'GB/s':>9}{'% copy':>8}"
-    out = [head + (f"{'x ' + baseline:>14}" if baseline else "")]
+    base = {(key(r), r["impl"]): r["ms"] for r in rows if r["impl"] in baselines}
+    head = f"{'op':<18}{'shape':<16}{'dtype':<10}{'impl':<24}{'ms':>9}{'GB/s':>9}{'% copy':>8}"
+    out = [head + "".join(f"{'x ' + b:>16}" for b in baselines)]
     for r in rows:
-        shape = (
-            "x".join(map(str, r.get("shape", ())))
-            if isinstance(r.get("shape"), (tuple, list, torch.Size))
-            else str(r.get("shape", ""))
-        )
-        dtype = str(r.get("dtype", "")).replace("torch.", "")
-        line = f"{str(r.get('op', '')):<18}{shape:<16}{dtype:<10}{r['impl']:<16}{r['ms']:>9.4f}{r['gbps']:>9.0f}{r['pct_copy']:>7.0f}%"
-        if baseline and key(r) in base:
-            line += f"{base[key(r)] / r['ms']:>13.2f}x"
+        if impls is not None and r["impl"] not in impls:
+            continue
+        op, shape, dtype = key(r)
+        line = f"{op:<18}{shape:<16}{dtype:<10}{r['impl']:<24}{r['ms']:>9.4f}{r['gbps']:>9.0f}{r['pct_copy']:>7.1f}%"
+        for b in baselines:
+            ms = base.get((key(r), b))
+            line += f"{ms / r['ms']:>15.2f}x" if ms else f"{'':>16}"
         out.append(line)
     return "\n".join(out)

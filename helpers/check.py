@@ -2,7 +2,8 @@
 
 with check.poisoned():                 # every torch.empty inside is filled with NaN ...
     y = ext.forward(x, coeffs)         # ... so an element the kernel forgot to write stays NaN
-check.assert_close(y, reference(x))    # AssertionError naming the first bad index and both values
+check.assert_close(y, reference(x))    # torch.testing.assert_close, with the name, the first bad index
+                                       # and both values, and a hint when NaN shows an unwritten element
 """
 
 from __future__ import annotations
@@ -25,45 +26,50 @@ def tolerances(dtype: torch.dtype) -> dict:
     return dict(TOLERANCES.get(dtype, dict(rtol=0.0, atol=0.0)))
 
 
-def assert_close(actual, expected, *, name: str = "output", rtol: float | None = None, atol: float | None = None):
-    """torch.testing.assert_close with course tolerances and a message that shows where it first fails."""
-    if not isinstance(actual, torch.Tensor):
-        raise AssertionError(f"{name} should be a tensor, got {type(actual).__name__}")
-    if actual.shape != expected.shape:
-        raise AssertionError(f"{name} has shape {tuple(actual.shape)}, expected {tuple(expected.shape)}")
-    if actual.dtype != expected.dtype:
-        raise AssertionError(f"{name} has dtype {actual.dtype}, expected {expected.dtype}")
-    if actual.device != expected.device:
-        raise AssertionError(f"{name} is on {actual.device}, expected {expected.device}")
-    tol = tolerances(expected.dtype)
+def assert_close(
+    actual, expected, *, name: str = "output", rtol: float | None = None, atol: float | None = None, **kwargs
+):
+    """torch.testing.assert_close with the course's tolerances (`tolerances(expected.dtype)`, or rtol and
+    atol given) and a message that starts with `name`; when values differ it adds how many, the first one
+    (index, got, expected) and, for NaN where a number was expected, that the element was probably never
+    written (outputs are poisoned with NaN). Other keywords (equal_nan=..., check_stride=...) go to torch."""
+    if not isinstance(actual, torch.Tensor):  # torch raises TypeError for some of these: a self-check wants
+        raise AssertionError(f"{name} should be a tensor, got {type(actual).__name__}")  # AssertionError
+    tol = tolerances(expected.dtype) if isinstance(expected, torch.Tensor) else {}
     tol.update({k: v for k, v in (("rtol", rtol), ("atol", atol)) if v is not None})
-    try:
-        torch.testing.assert_close(actual, expected, **tol)
-    except AssertionError:
-        raise AssertionError(mismatch_report(actual, expected, name=name, **tol)) from None
+
+    def msg(generated: str) -> str:
+        return _report(generated, actual, expected, name=name, equal_nan=kwargs.get("equal_nan", False), **tol)
+
+    torch.testing.assert_close(actual, expected, msg=msg, **tol, **kwargs)
 
 
-def mismatch_report(actual, expected, *, name, rtol, atol) -> str:
+def _report(generated: str, actual, expected, *, name, rtol=0.0, atol=0.0, equal_nan=False) -> str:
+    """`name: ` + torch's message; for values that differ, our summary first (count, first mismatch, the
+    NaN hint), then torch's (greatest absolute and relative difference)."""
+    same_meta = isinstance(expected, torch.Tensor) and (actual.shape, actual.dtype, actual.device) == (
+        expected.shape,
+        expected.dtype,
+        expected.device,
+    )
+    if not same_meta:
+        return f"{name}: {generated}"
     a, e = actual.detach().double().cpu(), expected.detach().double().cpu()
-    bad = ~torch.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
+    bad = ~torch.isclose(a, e, rtol=rtol, atol=atol, equal_nan=equal_nan)
     count = int(bad.sum())
-    first = tuple(int(i) for i in bad.nonzero()[0]) if count else ()
-    idx = ", ".join(map(str, first))
-    av, ev = a[first].item(), e[first].item()
-    lines = [
-        f"{name}: {count} of {a.numel()} elements differ (dtype {actual.dtype}, rtol={rtol:g}, atol={atol:g}).",
-        f"  first at [{idx}]: got {av!r}, expected {ev!r}",
-    ]
-    finite = bad & torch.isfinite(a) & torch.isfinite(e)
-    if finite.any():
-        lines.append(f"  largest difference: {float((a - e).abs()[finite].max()):.3g}")
-    nans = int(torch.isnan(a).sum()) - int(torch.isnan(e).sum())
-    if nans > 0:
+    lines = [f"{name}: {count} of {a.numel()} elements differ (dtype {actual.dtype}, rtol={rtol:g}, atol={atol:g})."]
+    if count:
+        first = tuple(int(i) for i in bad.nonzero()[0])
         lines.append(
-            f"  {nans} element(s) are NaN: outputs are poisoned with NaN before the kernel runs, "
+            f"  first at [{', '.join(map(str, first))}]: got {a[first].item()!r}, expected {e[first].item()!r}"
+        )
+    unwritten = int((torch.isnan(a) & ~torch.isnan(e)).sum())
+    if unwritten:
+        lines.append(
+            f"  {unwritten} element(s) are NaN: outputs are poisoned with NaN before the kernel runs, "
             "so these were probably never written (grid too small? missing tail? early return?)."
         )
-    return "\n".join(lines)
+    return "\n".join(lines + ["  " + line for line in generated.splitlines() if line.strip()])
 
 
 @contextlib.contextmanager

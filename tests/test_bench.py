@@ -15,6 +15,29 @@ def test_more_work_takes_longer_on_cpu():
     assert bench.time(lambda: big.sin(), device="cpu").ms > bench.time(lambda: small.sin(), device="cpu").ms
 
 
+def test_wall_time_is_timers_blocked_autorange():
+    x = torch.randn(1 << 16)
+    t = bench.wall(lambda: x * 2, min_run_time=0.05)
+    assert 0 < t.lo <= t.ms <= t.hi < 1000
+
+
+def test_cuda_time_is_triton_do_bench_with_median_and_quantiles(monkeypatch):
+    """On CUDA, bench.time hands fn to triton.testing.do_bench (which flushes L2 before each call) and
+    reads its median, 20th and 80th percentiles: no timing loop of our own."""
+    import triton.testing
+
+    seen = {}
+
+    def fake_do_bench(fn, warmup, rep, quantiles):
+        seen.update(fn=fn, rep=rep, quantiles=quantiles)
+        return [2.0, 1.0, 3.0]
+
+    monkeypatch.setattr(triton.testing, "do_bench", fake_do_bench)
+    f = lambda: None  # noqa: E731
+    assert bench.time(f, device="cuda", rep_ms=50) == bench.Timing(2.0, 1.0, 3.0)
+    assert seen == dict(fn=f, rep=50, quantiles=[0.5, 0.2, 0.8])
+
+
 def test_gbps_arithmetic():
     assert bench.Timing(1.0, 1.0, 1.0).gbps(2_000_000_000) == 2000.0
 
@@ -35,6 +58,17 @@ def test_compare_rows_and_table():
         assert abs(r["pct_copy"] - 100 * r["gbps"] / r["copy_gbps"]) < 1e-9
     text = bench.table(rows, baseline="mul")
     assert "scale" in text and "1.00x" in text
+
+
+def test_table_with_several_baselines_lists_only_the_impls_asked_for():
+    rows = [
+        dict(op="o", shape=(4, 4), dtype=torch.float32, impl=i, ms=ms, gbps=1.0, pct_copy=50.0)
+        for i, ms in (("ours", 1.0), ("native", 3.0), ("torch.compile", 1.5))
+    ]
+    lines = bench.table(rows, baseline=("native", "torch.compile"), impls=("ours",)).splitlines()
+    assert "x native" in lines[0] and "x torch.compile" in lines[0]
+    assert len(lines) == 2 and "4x4" in lines[1] and "float32" in lines[1]
+    assert lines[1].split()[-2:] == ["3.00x", "1.50x"]
 
 
 def test_compare_with_repeats_reports_the_median_and_times_the_copy_each_time(monkeypatch):

@@ -20,7 +20,7 @@ def test_assert_close_names_first_mismatch():
     msg = str(e.value)
     assert "y: 2 of 12 elements differ" in msg
     assert "first at [1, 2]: got 0.0, expected 1.0" in msg
-    assert "largest difference: 5" in msg
+    assert "Greatest absolute difference: 5.0 at index (2, 3)" in msg  # torch.testing's own report follows
 
 
 def test_assert_close_explains_nan_as_unwritten():
@@ -29,10 +29,24 @@ def test_assert_close_explains_nan_as_unwritten():
         check.assert_close(a, torch.ones(5))
 
 
+def test_assert_close_counts_only_the_nan_the_expected_value_does_not_have():
+    a, e = torch.tensor([float("nan"), 1.0, float("nan")]), torch.tensor([float("nan"), 2.0, 3.0])
+    with pytest.raises(AssertionError) as info:
+        check.assert_close(a, e, name="y", equal_nan=True)  # keywords go on to torch.testing.assert_close
+    msg = str(info.value)
+    assert "y: 2 of 3 elements differ" in msg and "first at [1]: got 1.0, expected 2.0" in msg
+    assert "1 element(s) are NaN" in msg
+
+
 @pytest.mark.parametrize("bad, what", [(torch.ones(4, 1), "shape"), (torch.ones(4, dtype=torch.float64), "dtype")])
 def test_assert_close_checks_metadata(bad, what):
-    with pytest.raises(AssertionError, match=what):
-        check.assert_close(bad, torch.ones(4))
+    with pytest.raises(AssertionError, match=f"^y: .*'{what}' do not match"):
+        check.assert_close(bad, torch.ones(4), name="y")
+
+
+def test_assert_close_wants_a_tensor():
+    with pytest.raises(AssertionError, match="y should be a tensor, got NoneType"):
+        check.assert_close(None, torch.ones(4), name="y")
 
 
 def test_tolerance_is_dtype_aware():
