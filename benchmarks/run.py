@@ -1,11 +1,14 @@
-"""The benchmark suite: every benchmarks/<op>.py's sweep(), on this machine's GPU (or CPU), in one run.
+"""The benchmark suite: every benchmarks/<op>.py's sweep, on this machine's GPU (or CPU), in one run.
 
     python -m benchmarks.run --out results/            # all ops
     python -m benchmarks.run --ops polynomial --quick  # one op, headline shapes only
 
 Writes OUT/bench.csv (one row per op, shape, dtype, implementation) and OUT/bench.json (the same plus
 the machine: GPU, torch, CUDA, date), and prints the summary: GB/s, % of a same-size copy measured in the
-same run, and ratios against native PyTorch and torch.compile.
+same run, and ratios against native PyTorch and torch.compile (benchmarks.sweep.table).
+
+An op's module declares its sweep as data, SPEC = sweep.Spec(...) and measure(case) -> rows (see
+benchmarks/sweep.py); a module without a SPEC is run through its own sweep(device=, quick=).
 """
 
 from __future__ import annotations
@@ -20,8 +23,10 @@ from pathlib import Path
 
 import torch
 
+from benchmarks import sweep
+
 HERE = Path(__file__).resolve().parent
-NOT_OPS = {"__init__", "run", "loader_times"}
+NOT_OPS = {"__init__", "run", "sweep", "loader_times"}
 
 
 def machine() -> dict:
@@ -37,23 +42,11 @@ def machine() -> dict:
     )
 
 
-def summary(rows: list[dict]) -> str:
-    """One line per (op, shape, dtype): ours in GB/s and % of copy, ours/native and ours/compile speed."""
-    out = [f"{'op':<20}{'shape':<12}{'dtype':<9}{'ours GB/s':>10}{'% copy':>8}{'x native':>10}{'x compile':>10}"]
-    groups: dict = {}
-    for r in rows:
-        groups.setdefault((r["op"], r["shape"], r["dtype"]), {})[r["impl"]] = r
-    for (op, shape, dtype), g in groups.items():
-        ours = g.get("ours")
-        if not ours:
-            continue
-        nat, comp = g.get("native"), g.get("torch.compile")
-        out.append(
-            f"{op:<20}{shape:<12}{dtype:<9}{ours['gbps']:>10.0f}{ours['pct_copy']:>7.1f}%"
-            + (f"{nat['ms'] / ours['ms']:>9.2f}x" if nat else f"{'':>10}")
-            + (f"{comp['ms'] / ours['ms']:>9.2f}x" if comp else f"{'':>10}")
-        )
-    return "\n".join(out)
+def op_rows(mod, device: str, quick: bool) -> list[dict]:
+    """The rows of one benchmark module: its SPEC through sweep.run, else its own sweep()."""
+    if hasattr(mod, "SPEC"):
+        return sweep.run(mod.SPEC, mod.measure, device, quick)
+    return mod.sweep(device=device, quick=quick)
 
 
 def main(argv=None) -> int:
@@ -68,7 +61,7 @@ def main(argv=None) -> int:
     for name in names:
         mod = importlib.import_module(f"benchmarks.{name}")
         print(f"== {name} on {device}", flush=True)
-        rows += mod.sweep(device=device, quick=args.quick)
+        rows += op_rows(mod, device, args.quick)
     meta = machine()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -80,7 +73,7 @@ def main(argv=None) -> int:
             w.writerow({**meta, **r})
     (out / "bench.json").write_text(json.dumps(dict(machine=meta, rows=rows), indent=1, default=str))
     print(json.dumps(meta))
-    print(summary(rows))
+    print(sweep.table(rows))
     return 0
 
 

@@ -1,5 +1,8 @@
+import types
+
 import torch
 
+from benchmarks import run, sweep
 from helpers import bench, plot
 from tests.conftest import needs_gpu
 
@@ -134,3 +137,36 @@ def test_graphed_replays_the_captured_work_on_new_data():
     assert torch.equal(out["grad"], (x.detach() > 0).float() * 3)
     rows = bench.compare({"step": step}, nbytes=8 * 1024, graph=True, op="t")
     assert rows[0]["ms"] > 0
+
+
+def test_sweep_cases_are_the_spec_per_device_dtype_by_dtype():
+    spec = sweep.Spec(gpu=[(8, 8)], gpu_more=[(64,)], cpu=[(2, 3)], cpu_more=[(5,)])
+    quick = [(c.shape, c.dtype) for c in sweep.cases(spec, "cpu", quick=True)]
+    assert quick == [((2, 3), torch.float32), ((2, 3), torch.bfloat16)]
+    full = [(c.shape, c.dtype) for c in sweep.cases(spec, "cuda", quick=False)]
+    assert full == [((8, 8), torch.float32), ((64,), torch.float32), ((8, 8), torch.bfloat16), ((64,), torch.bfloat16)]
+    assert sweep.cases(spec, "cpu")[0].labels == dict(shape="2x3", dtype="float32", numel=6, rows=2, cols=3)
+    x = sweep.Case((2, 3), torch.bfloat16, "cpu").randn()
+    assert x.shape == (2, 3) and x.dtype == torch.bfloat16 and x.abs().sum() > 0
+
+
+def test_benchmark_suite_runs_a_declared_spec_through_one_loop(capsys):
+    """benchmarks.run takes a module's SPEC and measure(case): each case measured once, its rows labelled,
+    and the summary table lists "ours" with its speed-up over native and torch.compile."""
+    seen = []
+
+    def measure(case):
+        seen.append(case.labels["shape"])
+        x = case.randn()
+        fns = {"ours": lambda: x * 2, "native": lambda: x * 2 + 0, "torch.compile": lambda: x.clone()}
+        return bench.compare(fns, nbytes=2 * case.numel * case.element_size, device=case.device, op="t", **case.labels)
+
+    mod = types.SimpleNamespace(
+        SPEC=sweep.Spec(gpu=[(4096,)], cpu=[(256,)], cpu_more=[(512,)], dtypes=(torch.float32,)), measure=measure
+    )
+    rows = run.op_rows(mod, "cpu", quick=False)
+    assert seen == ["256", "512"] and {r["shape"] for r in rows} == {"256", "512"}
+    text = sweep.table(rows).splitlines()
+    assert "x native" in text[0] and "x torch.compile" in text[0]
+    assert len(text) == 3 and all(" ours " in line for line in text[1:])
+    assert "256 float32" in capsys.readouterr().out
