@@ -15,18 +15,20 @@
 // leading shape and are float32 (float64 for float64 x): forward saves them so backward need not
 // recompute the statistics. This file checks the inputs, allocates the outputs, picks the dtype
 // (AT_DISPATCH) and calls the CPU code below or the CUDA launchers of layernorm.cu on PyTorch's current
-// stream. On the CPU every version runs the same two-pass code, except forward version 2, which runs the
-// exercise (kernels/exercises/layernorm_warp_reduce.cuh, Part 1).
+// stream. On the CPU every version runs the same two-pass code, except forward version 2 and backward
+// version 1, which run the exercises' CPU parts (Part 1 of kernels/exercises/layernorm_warp_reduce.cuh and
+// layernorm_backward_row.cuh, compiled in layernorm.exercises.cpp and declared in layernorm_cpu.h).
 #include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <climits>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "checks.h"
-#include "layernorm_warp_reduce.cuh"
+#include "layernorm_cpu.h"
 
 #ifdef WITH_CUDA
 #include <c10/cuda/CUDAGuard.h>
@@ -89,15 +91,47 @@ void backward_row(const T* __restrict__ x, const T* __restrict__ dy, const T* __
   }
 }
 
+// The exercises' CPU parts take float or double: a float16 or bfloat16 row goes through float (`buf`), as
+// the math does anyway.
+template <typename T, typename acc_t>
+const acc_t* as_acc(const T* p, int64_t n, std::vector<acc_t>& buf) {
+  if constexpr (std::is_same_v<T, acc_t>) {
+    return p;
+  } else {
+    buf.assign(p, p + n);
+    return buf.data();
+  }
+}
+
+// grad_x of one row by the exercise (layernorm_backward_row.cuh, Part 1), and the row's share of the
+// column sums of grad_weight and grad_bias.
+template <typename T, typename acc_t>
+void backward_row_exercise(const T* x, const T* dy, const acc_t* w, acc_t mu, acc_t rs, T* dx, acc_t* pw,
+                           acc_t* pb, int64_t N, std::vector<acc_t> (&buf)[3]) {
+  const acc_t *xa = as_acc(x, N, buf[0]), *ga = as_acc(dy, N, buf[1]);
+  if constexpr (std::is_same_v<T, acc_t>) {
+    layernorm_exercise_backward_row(ga, xa, w, mu, rs, N, dx);
+  } else {
+    buf[2].assign(N, std::numeric_limits<acc_t>::quiet_NaN());  // what an unfinished exercise leaves
+    layernorm_exercise_backward_row(ga, xa, w, mu, rs, N, buf[2].data());
+    for (int64_t j = 0; j < N; ++j) dx[j] = static_cast<T>(buf[2][j]);
+  }
+  for (int64_t j = 0; j < N; ++j) {
+    pw[j] += ga[j] * (xa[j] - mu) * rs;
+    pb[j] += ga[j];
+  }
+}
+
 template <typename T, typename acc_t>
 void forward_cpu(const T* x, const T* w, const T* b, T* y, acc_t* mean, acc_t* rstd, int64_t M, int64_t N,
                  acc_t eps, bool exercise) {
   at::parallel_for(0, M, std::max<int64_t>(1, 32768 / N), [&](int64_t begin, int64_t end) {
+    std::vector<acc_t> buf;
     for (int64_t r = begin; r < end; ++r) {
       const T* xr = x + r * N;
       mean[r] = rstd[r] = std::numeric_limits<acc_t>::quiet_NaN();  // what an unfinished exercise leaves
       if (exercise)
-        layernorm_row_stats_cpu(xr, N, eps, mean + r, rstd + r);
+        layernorm_exercise_row_stats(as_acc(xr, N, buf), N, eps, mean + r, rstd + r);
       else
         row_stats(xr, N, eps, mean + r, rstd + r);
       normalize_row(xr, w, b, mean[r], rstd[r], y + r * N, N);
@@ -106,20 +140,27 @@ void forward_cpu(const T* x, const T* w, const T* b, T* y, acc_t* mean, acc_t* r
 }
 
 // grad_x row by row; grad_weight and grad_bias summed per fixed chunk of rows, then the chunks added in
-// order: the same result whatever the number of threads.
+// order: the same result whatever the number of threads. `exercise`: grad_x by the exercise (backward v1).
 template <typename T, typename acc_t>
 void backward_cpu(const T* dy, const T* x, const acc_t* mean, const acc_t* rstd, const T* w, T* dx, T* dw,
-                  T* db, int64_t M, int64_t N) {
+                  T* db, int64_t M, int64_t N, bool exercise) {
   const int64_t rows_per_chunk = std::max<int64_t>(64, (M + 63) / 64);
   const int64_t chunks = (M + rows_per_chunk - 1) / rows_per_chunk;
   std::vector<acc_t> part(chunks * 2 * N, acc_t(0));
+  std::vector<acc_t> w_buf;
+  const acc_t* wa = exercise ? as_acc(w, N, w_buf) : nullptr;
   at::parallel_for(0, chunks, 1, [&](int64_t cb, int64_t ce) {
+    std::vector<acc_t> buf[3];
     for (int64_t ch = cb; ch < ce; ++ch) {
       acc_t* pw = part.data() + ch * 2 * N;
       acc_t* pb = pw + N;
       for (int64_t r = ch * rows_per_chunk; r < std::min(M, (ch + 1) * rows_per_chunk); ++r) {
         const T *xr = x + r * N, *gr = dy + r * N;
         const acc_t mu = mean[r], rs = rstd[r];
+        if (exercise) {
+          backward_row_exercise(xr, gr, wa, mu, rs, dx + r * N, pw, pb, N, buf);
+          continue;
+        }
         auto g = [&](int64_t j) { return static_cast<acc_t>(gr[j]) * static_cast<acc_t>(w[j]); };
         const acc_t mg = blocked_sum<acc_t>(N, g) / N;
         const acc_t mgx =
@@ -249,7 +290,7 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_y_in, const at::Tensor& 
     if (x.is_cpu()) {
       backward_cpu(grad_y.data_ptr<scalar_t>(), x.data_ptr<scalar_t>(), mean.data_ptr<acc_t>(),
                    rstd.data_ptr<acc_t>(), w.data_ptr<scalar_t>(), grad_x.data_ptr<scalar_t>(),
-                   grad_w.data_ptr<scalar_t>(), grad_b.data_ptr<scalar_t>(), M, N);
+                   grad_w.data_ptr<scalar_t>(), grad_b.data_ptr<scalar_t>(), M, N, version == 1);
       return;
     }
 #ifdef WITH_CUDA

@@ -81,7 +81,6 @@
 #include <type_traits>
 
 #include "layernorm.h"
-#include "layernorm_warp_reduce.cuh"
 
 namespace {
 
@@ -207,33 +206,7 @@ __global__ void forward_v1_kernel(const T* __restrict__ x, const T* __restrict__
   rstd[row] = rs;
 }
 
-// v2: warp w of the grid owns row w; warp_sum (the exercise) joins the lanes' partial sums.
-template <typename T>
-__global__ void forward_v2_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
-                                  T* __restrict__ y, Acc<T>* __restrict__ mean, Acc<T>* __restrict__ rstd,
-                                  int64_t M, int N, Acc<T> eps) {
-  using acc_t = Acc<T>;
-  const int lane = threadIdx.x % 32;
-  const int64_t row = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32;
-  if (row >= M) return;  // the whole warp leaves together
-  const T* xr = x + row * N;
-  T* yr = y + row * N;
-  acc_t sum = 0;
-  for (int j = lane; j < N; j += 32) sum += to_acc(xr[j]);
-  const acc_t mu = warp_sum(sum) / N;
-  acc_t sq = 0;
-  for (int j = lane; j < N; j += 32) {
-    const acc_t d = to_acc(xr[j]) - mu;
-    sq += d * d;
-  }
-  const acc_t rs = rsqrt_acc(warp_sum(sq) / N + eps);
-  for (int j = lane; j < N; j += 32)
-    yr[j] = from_acc<T>((to_acc(xr[j]) - mu) * rs * to_acc(w[j]) + to_acc(b[j]));
-  if (lane == 0) {
-    mean[row] = mu;
-    rstd[row] = rs;
-  }
-}
+// v2: one warp per row, in kernels/layernorm.exercises.cu (it runs the exercise's warp_sum).
 
 // Loads of forward v3: this thread's kPacks Packs of kVec values of a row from `src` (global or shared
 // memory; pack c goes to thread c % blockDim.x: each warp-wide access is 512 contiguous bytes), and their
@@ -466,29 +439,8 @@ __global__ __launch_bounds__(kBigThreads) void forward_v3_long_kernel(
 //   grad_weight = sum(grad_y * xhat),  grad_bias = sum(grad_y).
 // ------------------------------------------------------------------------------------------------
 
-// v1 grad_x: one warp per row; pass 1 sums g and g * xhat, pass 2 writes grad_x.
-template <typename T>
-__global__ void backward_v1_dx_kernel(const T* __restrict__ dy, const T* __restrict__ x,
-                                      const Acc<T>* __restrict__ mean, const Acc<T>* __restrict__ rstd,
-                                      const T* __restrict__ w, T* __restrict__ dx, int64_t M, int N) {
-  using acc_t = Acc<T>;
-  const int lane = threadIdx.x % 32;
-  const int64_t row = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32;
-  if (row >= M) return;
-  const acc_t mu = mean[row], rs = rstd[row];
-  const T *xr = x + row * N, *gr = dy + row * N;
-  acc_t sg = 0, sgx = 0;
-  for (int j = lane; j < N; j += 32) {
-    const acc_t g = to_acc(gr[j]) * to_acc(w[j]);
-    sg += g;
-    sgx += g * (to_acc(xr[j]) - mu) * rs;
-  }
-  const acc_t mg = lane_sum(sg) / N, mgx = lane_sum(sgx) / N;
-  for (int j = lane; j < N; j += 32) {
-    const acc_t g = to_acc(gr[j]) * to_acc(w[j]);
-    dx[row * N + j] = from_acc<T>(rs * (g - mg - (to_acc(xr[j]) - mu) * rs * mgx));
-  }
-}
+// v1 grad_x: one warp per row, in kernels/layernorm.exercises.cu (it runs the exercise's
+// layernorm_backward_row_warp).
 
 // v1 grad_weight, grad_bias: thread j walks column j down all M rows (neighbouring threads read
 // neighbouring columns, so the loads are coalesced).
@@ -1290,14 +1242,7 @@ void layernorm_forward_v1(const T* x, const T* weight, const T* bias, T* y, Acc<
   COURSE_LAUNCH_CHECK();
 }
 
-template <typename T>
-void layernorm_forward_v2(const T* x, const T* weight, const T* bias, T* y, Acc<T>* mean, Acc<T>* rstd,
-                          int64_t M, int N, Acc<T> eps, cudaStream_t stream) {
-  constexpr int kThreads = 256;  // 8 rows per block
-  forward_v2_kernel<T><<<ceil_div<int64_t>(M, kThreads / 32), kThreads, 0, stream>>>(x, weight, bias, y, mean,
-                                                                                     rstd, M, N, eps);
-  COURSE_LAUNCH_CHECK();
-}
+// layernorm_forward_v2 is in kernels/layernorm.exercises.cu (with the kernel that runs the exercise).
 
 // config (2-byte types only; others ignore it): 0 = 32 bytes per thread if the row fits, else 64, and on
 // sm_90+ the pipelined kernel where it applies and does at most 4 rounds; 1 = 64 bytes (the float width);
@@ -1341,9 +1286,7 @@ template <typename T>
 void layernorm_backward_v1(const T* grad_y, const T* x, const Acc<T>* mean, const Acc<T>* rstd,
                            const T* weight, T* grad_x, T* grad_weight, T* grad_bias, int64_t M, int N,
                            cudaStream_t stream) {
-  backward_v1_dx_kernel<T>
-      <<<ceil_div<int64_t>(M, 8), 256, 0, stream>>>(grad_y, x, mean, rstd, weight, grad_x, M, N);
-  COURSE_LAUNCH_CHECK();
+  layernorm_backward_v1_dx<T>(grad_y, x, mean, rstd, weight, grad_x, M, N, stream);  // layernorm.exercises.cu
   backward_v1_dwdb_kernel<T>
       <<<ceil_div(N, 128), 128, 0, stream>>>(grad_y, x, mean, rstd, grad_weight, grad_bias, M, N);
   COURSE_LAUNCH_CHECK();
@@ -1418,8 +1361,6 @@ void layernorm_backward_v2(const T* grad_y, const T* x, const Acc<T>* mean, cons
 
 #define INSTANTIATE(T)                                                                                       \
   template void layernorm_forward_v1<T>(const T*, const T*, const T*, T*, Acc<T>*, Acc<T>*, int64_t, int,    \
-                                        Acc<T>, cudaStream_t);                                               \
-  template void layernorm_forward_v2<T>(const T*, const T*, const T*, T*, Acc<T>*, Acc<T>*, int64_t, int,    \
                                         Acc<T>, cudaStream_t);                                               \
   template void layernorm_forward_v3<T>(const T*, const T*, const T*, T*, Acc<T>*, Acc<T>*, int64_t, int,    \
                                         Acc<T>, cudaStream_t, int);                                          \

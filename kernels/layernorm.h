@@ -10,7 +10,7 @@
 template <typename T>
 void layernorm_forward_v1(const T* x, const T* weight, const T* bias, T* y, Acc<T>* mean, Acc<T>* rstd,
                           int64_t M, int N, Acc<T> eps, cudaStream_t stream);
-// v2 runs the exercise's warp_sum (kernels/exercises/layernorm_warp_reduce.cuh).
+// v2 (in layernorm.exercises.cu) runs the exercise's warp_sum (kernels/exercises/layernorm_warp_reduce.cuh).
 template <typename T>
 void layernorm_forward_v2(const T* x, const T* weight, const T* bias, T* y, Acc<T>* mean, Acc<T>* rstd,
                           int64_t M, int N, Acc<T> eps, cudaStream_t stream);
@@ -25,6 +25,12 @@ template <typename T>
 void layernorm_backward_v1(const T* grad_y, const T* x, const Acc<T>* mean, const Acc<T>* rstd,
                            const T* weight, T* grad_x, T* grad_weight, T* grad_bias, int64_t M, int N,
                            cudaStream_t stream);
+
+// Backward v1's grad_x alone (in layernorm.exercises.cu: it runs the exercise's layernorm_backward_row_warp,
+// kernels/exercises/layernorm_backward_row.cuh); layernorm_backward_v1 calls it, then sums the columns.
+template <typename T>
+void layernorm_backward_v1_dx(const T* grad_y, const T* x, const Acc<T>* mean, const Acc<T>* rstd,
+                              const T* weight, T* grad_x, int64_t M, int N, cudaStream_t stream);
 
 // backward v2 config 3 and 4 finish grad_weight and grad_bias inside one cooperative kernel (see
 // layernorm.cu); 0 to 2 add the partial sums in a second kernel.

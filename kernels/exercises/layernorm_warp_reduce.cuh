@@ -3,29 +3,33 @@
 // LayerNorm needs two numbers per row of n values: the mean, and rstd = 1 / sqrt(variance + eps), with
 // the biased variance (divide by n) computed in two passes, first the mean, then the mean of
 // (x - mean)^2. Never as mean(x^2) - mean(x)^2: for a row with a large mean that difference cancels
-// catastrophically (the lesson's numerics cell shows it).
+// catastrophically (the lesson's numerics cell shows it, and the self-check has such a row).
 //
 // Part 1 is the CPU version (it is what runs in CPU mode). Part 2 is the heart of the GPU version: one
 // warp (32 threads) owns a row; lane l adds up elements l, l + 32, l + 64, ..., and then the 32 partial
 // sums must be added across the warp, with shuffles, so that every lane gets the total. Part 1 is about
-// 8 lines, Part 2 about 2. Check your work with the self-check cell in lesson 03.
+// 10 lines, Part 2 about 1. Check your work with the self-check cell in lesson 03.
+//
+// This file is compiled only by kernels/layernorm.exercises.cpp (Part 1) and kernels/layernorm.exercises.cu
+// (Part 2, with forward_v2_kernel, which calls your warp_sum): an edit rebuilds in seconds.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
-// Part 1: the CPU version. T is float, double, at::Half or at::BFloat16 (static_cast<acc_t> converts);
-// acc_t is float (double for double). Write the row's mean and rstd.
-template <typename T, typename acc_t>
-void layernorm_row_stats_cpu(const T* x, int64_t n, acc_t eps, acc_t* mean, acc_t* rstd) {
+// Part 1: the CPU version, plain C++. T is float or double (float16 and bfloat16 rows arrive converted to
+// float). Write the row's mean to *mean and its rstd to *rstd.
+template <typename T>
+void layernorm_row_stats_cpu(const T* x, int64_t n, T eps, T* mean, T* rstd) {
   // TODO(exercise): your code here (the solution is 10 lines).
 }
 
 #ifdef __CUDACC__
-// Part 2: the sum of v over the 32 lanes of a warp, returned to every lane. The kernel that uses it
-// (forward_v2_kernel in kernels/layernorm.cu) calls it twice per row: for the sum of x and for the sum
-// of (x - mean)^2. Hint: __shfl_xor_sync(0xffffffffu, v, offset) returns v of lane (this lane ^ offset);
-// five rounds (offsets 16, 8, 4, 2, 1) of "v += the partner's v" leave the total in every lane.
+// Part 2: the sum of v over the 32 lanes of a warp, returned to EVERY lane (all of them use it).
+// forward_v2_kernel (kernels/layernorm.exercises.cu) calls it twice per row: for the sum of x and for the
+// sum of (x - mean)^2; backward v1 (the layernorm_backward_row exercise) uses it too. acc_t is float or
+// double. Hint: __shfl_xor_sync(0xffffffffu, v, offset) returns v of lane (this lane ^ offset); five
+// rounds (offsets 16, 8, 4, 2, 1) of "v += the partner's v" leave the total in every lane.
 template <typename acc_t>
 __device__ __forceinline__ acc_t warp_sum(acc_t v) {
   // TODO(exercise): your code here (the solution is 1 lines).
