@@ -9,6 +9,9 @@
 //   shape_str(t.sizes())            "[3, 4]", for messages (see below: no ostream for numbers)
 //   acc_dtype(t)                    float64 for float64 tensors, else float32: the math type
 //   CudaType<scalar_t>::type        at::Half -> __half, at::BFloat16 -> __nv_bfloat16 (WITH_CUDA only)
+//   check_like(g, "grad_y", x, "x") defined, on x's device, of x's shape                (ValueError)
+//   OnDevice on(x)                  x's device guard and PyTorch's current stream there, on.stream
+//   (WITH_CUDA)
 #pragma once
 
 #include <ATen/OpMathType.h>
@@ -85,4 +88,23 @@ template <typename scalar_t>
 auto cuda_ptr(const at::Tensor& t) {
   return reinterpret_cast<typename CudaType<scalar_t>::type*>(t.data_ptr<scalar_t>());
 }
+#endif
+
+// t has the shape of `like` and is on its device (a gradient and the tensor it belongs to), defined.
+inline void check_like(const at::Tensor& t, const char* name, const at::Tensor& like, const char* like_name) {
+  TORCH_CHECK_VALUE(t.defined(), name, " must be a tensor, got None");
+  check_same_device(t, name, like, like_name);
+  check_shape(t, name, like.sizes());
+}
+
+#ifdef WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+// OnDevice on(x): the device guard of x's GPU, and PyTorch's current stream there (on.stream) for launches.
+struct OnDevice {
+  c10::cuda::CUDAGuard guard;
+  cudaStream_t stream;
+  explicit OnDevice(const at::Tensor& t)
+      : guard(t.device()), stream(c10::cuda::getCurrentCUDAStream(t.device().index()).stream()) {}
+};
 #endif

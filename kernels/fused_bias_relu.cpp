@@ -11,7 +11,6 @@
 //       0)
 //   fused_bias_relu(x, bias, scale, save_bits=True) -> y   differentiable: a C++ torch::autograd::Function
 //                                                      saving the bits, or y (helpers' fused_bias_relu)
-//   square(x) -> x * x                                 differentiable: the exercise (square.cuh)
 //
 // x is [..., C] of float32/float64/float16/bfloat16, bias is [C] of the same dtype on the same device,
 // scale is a Python float. The math runs in float32 (float64 for float64); grad_bias is the sum over
@@ -26,7 +25,6 @@
 #include <vector>
 
 #include "checks.h"
-#include "square.cuh"
 
 #ifdef WITH_CUDA
 #include <c10/cuda/CUDAGuard.h>
@@ -160,15 +158,6 @@ void check_grad_y(const at::Tensor& grad_y, const at::Tensor& like, const char* 
 
 // x as [rows, cols]: cols is the last dimension (C), rows everything before it.
 int64_t rows_of(const at::Tensor& x) { return x.size(-1) == 0 ? 0 : x.numel() / x.size(-1); }
-
-#ifdef WITH_CUDA
-struct OnDevice {  // the device guard and PyTorch's current stream there
-  c10::cuda::CUDAGuard guard;
-  cudaStream_t stream;
-  explicit OnDevice(const at::Tensor& t)
-      : guard(t.device()), stream(c10::cuda::getCurrentCUDAStream(t.device().index()).stream()) {}
-};
-#endif
 
 // y = relu(x * scale + bias) into y (which may be x), and the mask and the bit mask when given.
 void forward_into(const at::Tensor& x, const at::Tensor& bias, double scale, at::Tensor& y, at::Tensor* mask,
@@ -378,70 +367,8 @@ at::Tensor fused_bias_relu(const at::Tensor& x, const at::Tensor& bias, double s
   return FusedBiasReluFunction::apply(x, bias, scale, save_bits);
 }
 
-// ------------------------------------------------------------------------------------------------
-// The exercise: y = x * x as a C++ autograd Function (the seed's SquareFunction). The loops and
-// kernels are yours: kernels/exercises/square.cuh.
-// ------------------------------------------------------------------------------------------------
-
-at::Tensor square_forward(const at::Tensor& x_in) {
-  check_x(x_in);
-  const at::Tensor x = x_in.contiguous();
-  at::Tensor y = at::empty_like(x);
-  if (x.numel() == 0) return y;
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "square_forward", [&] {
-    using acc_t = at::opmath_type<scalar_t>;
-    if (x.is_cpu()) {
-      square_forward_cpu<scalar_t, acc_t>(x.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(), x.numel());
-      return;
-    }
-#ifdef WITH_CUDA
-    const OnDevice on(x);
-    square_forward_cuda(cuda_ptr<scalar_t>(x), cuda_ptr<scalar_t>(y), x.numel(), on.stream);
-#endif
-  });
-  return y;
-}
-
-at::Tensor square_backward(const at::Tensor& grad_y_in, const at::Tensor& x_in) {
-  check_grad_y(grad_y_in, x_in, "x");
-  check_same_dtype(grad_y_in, "grad_y", x_in, "x");
-  const at::Tensor x = x_in.contiguous(), grad_y = grad_y_in.contiguous();
-  at::Tensor grad_x = at::empty_like(x);
-  if (x.numel() == 0) return grad_x;
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "square_backward", [&] {
-    using acc_t = at::opmath_type<scalar_t>;
-    if (x.is_cpu()) {
-      square_backward_cpu<scalar_t, acc_t>(grad_y.data_ptr<scalar_t>(), x.data_ptr<scalar_t>(),
-                                           grad_x.data_ptr<scalar_t>(), x.numel());
-      return;
-    }
-#ifdef WITH_CUDA
-    const OnDevice on(x);
-    square_backward_cuda(cuda_ptr<scalar_t>(grad_y), cuda_ptr<scalar_t>(x), cuda_ptr<scalar_t>(grad_x),
-                         x.numel(), on.stream);
-#endif
-  });
-  return grad_x;
-}
-
-class SquareFunction : public torch::autograd::Function<SquareFunction> {
- public:
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x) {
-    ctx->save_for_backward({x});
-    return square_forward(x);
-  }
-
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grad_outputs) {
-    const at::Tensor x = ctx->get_saved_variables()[0];
-    return {square_backward(grad_outputs[0], x)};  // d(x^2)/dx = 2x, times grad_y: your backward
-  }
-};
-
-at::Tensor square(const at::Tensor& x) { return SquareFunction::apply(x); }
-
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "y = relu(x * scale + bias) for x [..., C] and bias [C] (lesson 02), and the exercise square(x)";
+  m.doc() = "y = relu(x * scale + bias) for x [..., C] and bias [C] (lesson 02)";
   m.def("forward", &forward, "y = relu(x * scale + bias)", py::arg("x"), py::arg("bias"),
         py::arg("scale") = 1.0, py::arg("version") = kDefaultVersion);
   m.def("forward_mask", &forward_mask, "[y, mask]: mask (bool) is where relu let x * scale + bias through",
@@ -463,5 +390,4 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       py::arg("version") = kDefaultBackwardVersion);
   m.def("fused_bias_relu", &fused_bias_relu, "differentiable relu(x * scale + bias): a C++ autograd Function",
         py::arg("x"), py::arg("bias"), py::arg("scale") = 1.0, py::arg("save_bits") = true);
-  m.def("square", &square, "differentiable x * x: the exercise, as a C++ autograd Function", py::arg("x"));
 }

@@ -57,7 +57,6 @@
 #include <type_traits>
 
 #include "fused_bias_relu.h"
-#include "square.cuh"
 
 namespace {
 
@@ -473,18 +472,6 @@ void fbr_backward(const T* grad_y, const void* saved, Saved kind, const T* bias,
   });
 }
 
-template <typename T>
-void square_forward_cuda(const T* x, T* y, int64_t n, cudaStream_t stream) {
-  square_forward_kernel<T><<<ceil_div<int64_t>(n, kThreads), kThreads, 0, stream>>>(x, y, n);
-  COURSE_LAUNCH_CHECK();
-}
-
-template <typename T>
-void square_backward_cuda(const T* grad_y, const T* x, T* grad_x, int64_t n, cudaStream_t stream) {
-  square_backward_kernel<T><<<ceil_div<int64_t>(n, kThreads), kThreads, 0, stream>>>(grad_y, x, grad_x, n);
-  COURSE_LAUNCH_CHECK();
-}
-
 #define INSTANTIATE(T)                                                                                    \
   template void fbr_forward_v1<T>(const T*, const T*, Acc<T>, T*, int64_t, int64_t, cudaStream_t);        \
   template void fbr_forward_v2<T>(const T*, const T*, Acc<T>, T*, bool*, int64_t, int64_t, cudaStream_t); \
@@ -493,9 +480,8 @@ void square_backward_cuda(const T* grad_y, const T* x, T* grad_x, int64_t n, cud
   template int fbr_backward_partial_rows<T>(const T*, const void*, Saved, const T*, const T*, int64_t,    \
                                             int64_t, int);                                                \
   template void fbr_backward<T>(const T*, const void*, Saved, const T*, Acc<T>, T*, Acc<T>*, T*, int64_t, \
-                                int64_t, int, cudaStream_t);                                              \
-  template void square_forward_cuda<T>(const T*, T*, int64_t, cudaStream_t);                              \
-  template void square_backward_cuda<T>(const T*, const T*, T*, int64_t, cudaStream_t);
+                                int64_t, int, cudaStream_t);
+
 INSTANTIATE(float)
 INSTANTIATE(double)
 INSTANTIATE(__half)

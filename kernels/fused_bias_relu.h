@@ -39,9 +39,3 @@ template <typename T>
 void fbr_backward(const T* grad_y, const void* saved, Saved kind, const T* bias, Acc<T> scale, T* grad_x,
                   Acc<T>* partials, T* grad_bias, int64_t rows, int64_t cols, int version,
                   cudaStream_t stream);
-
-// The exercise (kernels/exercises/square.cuh): y = x * x and grad_x = 2 * x * grad_y, one thread each.
-template <typename T>
-void square_forward_cuda(const T* x, T* y, int64_t n, cudaStream_t stream);
-template <typename T>
-void square_backward_cuda(const T* grad_y, const T* x, T* grad_x, int64_t n, cudaStream_t stream);

@@ -1,40 +1,37 @@
 // Exercise (lesson 02): your own op, y = x * x, with its backward: grad_x = dL/dx = 2 * x * grad_y.
 //
-// kernels/fused_bias_relu.cpp already wraps these functions in a C++ torch::autograd::Function
-// (SquareFunction, the seed's pattern): its forward saves x and calls your forward, its backward calls
-// your backward. Python sees it as `ext.square(x)`, differentiable. You write the loops and kernels:
-// compute in acc_t / Acc<T> (float, or double for double inputs) and store as T.
+// kernels/square.cpp already wraps these functions in a C++ torch::autograd::Function (SquareFunction):
+// its forward saves x and calls your forward, its backward calls your backward. Python sees it as
+// `ext.square(x, 1)` (ext = loader.load("square")), differentiable. You write the loops and kernels.
 //
-// Part 1 is the CPU version (it is what runs in CPU mode); Part 2 the CUDA kernels, one thread per
-// element. Each function is 2 to 4 lines. Check your work with the self-check cell in lesson 02.
+// Part 1 is the CPU version (it is what runs in CPU mode; float16/bfloat16 tensors reach it as float);
+// Part 2 the CUDA kernels, one thread per element. Each function is 2 to 4 lines. Check your work with
+// the self-check cell in lesson 02: it checks every part you wrote on this machine.
 #pragma once
 
 #include <cstdint>
 
-// Part 1: the CPU loops. T is float, double, at::Half or at::BFloat16; static_cast converts.
-template <typename T, typename acc_t>
+// Part 1: the CPU loops. T is float or double.
+template <typename T>
 void square_forward_cpu(const T* x, T* y, int64_t n) {
   // BEGIN SOLUTION
-  for (int64_t i = 0; i < n; ++i) {
-    const acc_t v = static_cast<acc_t>(x[i]);
-    y[i] = static_cast<T>(v * v);
-  }
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * x[i];
   // END SOLUTION
 }
 
-template <typename T, typename acc_t>
+template <typename T>
 void square_backward_cpu(const T* grad_y, const T* x, T* grad_x, int64_t n) {
   // BEGIN SOLUTION
-  for (int64_t i = 0; i < n; ++i)
-    grad_x[i] = static_cast<T>(2 * static_cast<acc_t>(x[i]) * static_cast<acc_t>(grad_y[i]));
+  for (int64_t i = 0; i < n; ++i) grad_x[i] = 2 * x[i] * grad_y[i];
   // END SOLUTION
 }
 
 #ifdef __CUDACC__
 #include "common.h"
 
-// Part 2: the CUDA kernels, launched with ceil_div(n, 256) blocks of 256 threads. T is float, double,
-// __half or __nv_bfloat16: read with to_acc(x[i]), write with from_acc<T>(value) (kernels/common.h).
+// Part 2: the CUDA kernels, launched with ceil_div(n, 256) blocks of 256 threads: more threads than
+// elements, and n can pass 2^31. T is float, double, __half or __nv_bfloat16: compute in Acc<T> (float,
+// or double for double), read with to_acc(x[i]) and write with from_acc<T>(value) (kernels/common.h).
 template <typename T>
 __global__ void square_forward_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n) {
   // BEGIN SOLUTION
