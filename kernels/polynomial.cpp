@@ -9,14 +9,16 @@
 // coeffs = [a, b, c, d], any floating dtype, on x's device. The math runs in float32 (float64 for
 // float64 x), so grad_coeffs comes back in that dtype. This file checks the inputs, allocates the
 // outputs, picks the dtype (AT_DISPATCH) and calls the CPU loops below or the CUDA launchers of
-// polynomial.cu on PyTorch's current stream. Backward version 1 is the exercise
-// (kernels/exercises/polynomial_backward.cuh): grad_x only.
+// polynomial.cu on PyTorch's current stream. Version 1, forward and backward (grad_x only), is the
+// learner's: the exercises kernels/exercises/polynomial_forward.cuh and polynomial_backward.cuh, compiled
+// by the torch-free polynomial.exercises.cpp (CPU, declared in polynomial_cpu.h) and .cu (CUDA launchers,
+// declared in polynomial.h). This file never includes an exercise, so editing one rebuilds in seconds.
 #include <ATen/Parallel.h>
 
 #include <vector>
 
 #include "checks.h"
-#include "polynomial_backward.cuh"
+#include "polynomial_cpu.h"
 
 #ifdef WITH_CUDA
 #include <c10/cuda/CUDAGuard.h>
@@ -30,7 +32,7 @@ namespace {
 constexpr int64_t kGrain = 32768;  // elements per CPU task
 
 template <typename T, typename acc_t>
-void forward_cpu(const T* x, const acc_t* c, T* y, int64_t n) {
+void forward_v2_cpu(const T* x, const acc_t* c, T* y, int64_t n) {
   at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const acc_t v = static_cast<acc_t>(x[i]);
@@ -69,6 +71,31 @@ void backward_v2_cpu(const T* gy, const T* x, const acc_t* c, T* gx, acc_t* gc, 
   }
 }
 
+// Version 1 on the CPU is the exercises' Part 1, written for float and double (polynomial_cpu.h):
+// float16 and bfloat16 go through float. The math is in float for them anyway, so the result has the
+// same bits as computing from the half values in float and rounding once.
+at::Tensor forward_v1_cpu(const at::Tensor& x, const at::Tensor& coeffs) {
+  const at::Tensor xa = x.to(acc_dtype(x));
+  at::Tensor ya = at::empty_like(xa);
+  if (xa.scalar_type() == at::kDouble)
+    poly_forward_v1_cpu(xa.data_ptr<double>(), coeffs.data_ptr<double>(), ya.data_ptr<double>(), xa.numel());
+  else
+    poly_forward_v1_cpu(xa.data_ptr<float>(), coeffs.data_ptr<float>(), ya.data_ptr<float>(), xa.numel());
+  return ya.to(x.scalar_type());
+}
+
+at::Tensor backward_v1_cpu(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& coeffs) {
+  const at::Tensor ga = grad_y.to(acc_dtype(x)), xa = x.to(acc_dtype(x));
+  at::Tensor gxa = at::empty_like(xa);
+  if (xa.scalar_type() == at::kDouble)
+    poly_backward_v1_cpu(ga.data_ptr<double>(), xa.data_ptr<double>(), coeffs.data_ptr<double>(),
+                         gxa.data_ptr<double>(), xa.numel());
+  else
+    poly_backward_v1_cpu(ga.data_ptr<float>(), xa.data_ptr<float>(), coeffs.data_ptr<float>(),
+                         gxa.data_ptr<float>(), xa.numel());
+  return gxa.to(x.scalar_type());
+}
+
 // Checks shared by forward and backward; returns coeffs as a contiguous tensor of the math dtype.
 at::Tensor checked_coeffs(const at::Tensor& x, const at::Tensor& coeffs) {
   check_floating(x, "x");
@@ -85,13 +112,14 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& coeffs_in, int64_t 
   check_version(version, 2);
   const at::Tensor coeffs = checked_coeffs(x_in, coeffs_in);
   const at::Tensor x = x_in.contiguous();
-  at::Tensor y = at::empty_like(x);
   const int64_t n = x.numel();
+  if (n > 0 && x.is_cpu() && version == 1) return forward_v1_cpu(x, coeffs);
+  at::Tensor y = at::empty_like(x);
   if (n == 0) return y;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "polynomial_forward", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     if (x.is_cpu()) {
-      forward_cpu(x.data_ptr<scalar_t>(), coeffs.data_ptr<acc_t>(), y.data_ptr<scalar_t>(), n);
+      forward_v2_cpu(x.data_ptr<scalar_t>(), coeffs.data_ptr<acc_t>(), y.data_ptr<scalar_t>(), n);
       return;
     }
 #ifdef WITH_CUDA
@@ -119,17 +147,14 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_y_in, const at::Tensor& 
   at::Tensor grad_x = at::empty_like(x);
   at::Tensor grad_coeffs = need_coeffs_grad ? at::empty({4}, coeffs.options()) : at::Tensor();
   const int64_t n = x.numel();
+  if (n > 0 && x.is_cpu() && version == 1) return {backward_v1_cpu(grad_y, x, coeffs), grad_coeffs};
   if (n == 0) return {grad_x, grad_coeffs};
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "polynomial_backward", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     acc_t* gc = need_coeffs_grad ? grad_coeffs.data_ptr<acc_t>() : nullptr;
     if (x.is_cpu()) {
-      if (version == 1)
-        poly_backward_v1_cpu(grad_y.data_ptr<scalar_t>(), x.data_ptr<scalar_t>(), coeffs.data_ptr<acc_t>(),
-                             grad_x.data_ptr<scalar_t>(), n);
-      else
-        backward_v2_cpu(grad_y.data_ptr<scalar_t>(), x.data_ptr<scalar_t>(), coeffs.data_ptr<acc_t>(),
-                        grad_x.data_ptr<scalar_t>(), gc, n);
+      backward_v2_cpu(grad_y.data_ptr<scalar_t>(), x.data_ptr<scalar_t>(), coeffs.data_ptr<acc_t>(),
+                      grad_x.data_ptr<scalar_t>(), gc, n);
       return;
     }
 #ifdef WITH_CUDA

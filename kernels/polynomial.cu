@@ -1,24 +1,22 @@
 // kernels/polynomial.cu: y = a*x^3 + b*x^2 + c*x + d, forward and backward (lesson 01).
 //
-// Native PyTorch runs this as 7 kernels, each reading and writing the whole tensor; one kernel reads
-// x once and writes y once, so its speed limit is the card's memory bandwidth (a copy of the same
-// bytes). The versions, in the order lesson 01 builds them (numbers never change):
+// Native PyTorch runs this as 7 kernels, each a full pass over memory; one kernel reads x once and
+// writes y once, so its speed limit is a copy of the same bytes. The versions (kernel / launcher), in
+// the order lesson 01 builds them; numbers never change:
 //
-//   forward v1   one thread per element, Horner's rule in float. Correct and simple, but every
-//                load/store instruction moves only sizeof(T) bytes: 2 bytes per thread for bf16.
-//   forward v2   each thread loads and stores one 16-byte Pack (4 floats, 8 halves). A quarter to an
-//                eighth of the memory instructions for the same bytes, so more bytes are in flight
-//                per SM; it falls back to Pack<T, 1> when a pointer is not 16-byte aligned.
-//   backward v1  the exercise (kernels/exercises/polynomial_backward.cuh): one thread per element,
-//                grad_x only.
-//   backward v2  16-byte Packs like forward v2, two per thread in flight, and the four coefficient
-//                gradients (sums of g*x^3, g*x^2, g*x, g) accumulated in registers in the same pass,
-//                reduced per block, then summed by one 1024-thread block in a fixed order: no second
-//                pass over memory, no atomics, the same bits on every run.
+//   forward v1   poly_forward_v1_kernel / poly_forward_v1: the exercise (kernels/exercises/
+//                polynomial_forward.cuh, launched in polynomial.exercises.cu). One thread per element.
+//   forward v2   forward_v2_kernel / poly_forward_v2: one 16-byte Pack per thread (4 floats, 8 bf16s):
+//                a quarter to an eighth of v1's memory instructions, so more bytes in flight per SM.
+//   backward v1  poly_backward_v1_kernel / poly_backward_v1: the exercise (polynomial_backward.cuh),
+//                grad_x only, one thread per element.
+//   backward v2  backward_v2_kernel + sum_partials_kernel / poly_backward_v2: 16-byte Packs, two per
+//                thread in flight, and the coefficient gradients summed in the same pass (per block,
+//                then by one block in a fixed order): no second pass, no atomics, the same bits every run.
 //
-// Everything is computed in Acc<T> (float, double for double inputs) and stored as T.
+// Everything is computed in Acc<T> (float, double for double inputs) and stored as T. Measurements:
+// benchmarks/polynomial.py, results in results/.
 #include "polynomial.h"
-#include "polynomial_backward.cuh"
 
 namespace {
 
@@ -31,14 +29,6 @@ struct Coeffs {
   __device__ acc_t y(acc_t x) const { return ((a * x + b) * x + c) * x + d; }
   __device__ acc_t dydx(acc_t x) const { return (3 * a * x + 2 * b) * x + c; }
 };
-
-// v1: the first kernel anyone writes. Thread i handles element i.
-template <typename T>
-__global__ void forward_v1_kernel(const T* __restrict__ x, const Acc<T>* __restrict__ coeffs,
-                                  T* __restrict__ y, int64_t n) {
-  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (i < n) y[i] = from_acc<T>(Coeffs<Acc<T>>(coeffs).y(to_acc(x[i])));
-}
 
 // v2: thread i handles Pack i (N elements); the n % N leftover elements go to the first threads.
 template <typename T, int N>
@@ -137,12 +127,6 @@ __global__ void sum_partials_kernel(const acc_t* __restrict__ partials, int rows
 // ------------------------------------------------------------------------------------------------
 
 template <typename T>
-void poly_forward_v1(const T* x, const Acc<T>* coeffs, T* y, int64_t n, cudaStream_t stream) {
-  forward_v1_kernel<T><<<ceil_div<int64_t>(n, kThreads), kThreads, 0, stream>>>(x, coeffs, y, n);
-  COURSE_LAUNCH_CHECK();
-}
-
-template <typename T>
 void poly_forward_v2(const T* x, const Acc<T>* coeffs, T* y, int64_t n, cudaStream_t stream) {
   if (aligned16(x) && aligned16(y)) {
     constexpr int N = kPack16<T>;
@@ -152,14 +136,6 @@ void poly_forward_v2(const T* x, const Acc<T>* coeffs, T* y, int64_t n, cudaStre
   } else {
     forward_v2_kernel<T, 1><<<ceil_div<int64_t>(n, kThreads), kThreads, 0, stream>>>(x, coeffs, y, n);
   }
-  COURSE_LAUNCH_CHECK();
-}
-
-template <typename T>
-void poly_backward_v1(const T* grad_y, const T* x, const Acc<T>* coeffs, T* grad_x, int64_t n,
-                      cudaStream_t stream) {
-  poly_backward_v1_kernel<T>
-      <<<ceil_div<int64_t>(n, kThreads), kThreads, 0, stream>>>(grad_y, x, coeffs, grad_x, n);
   COURSE_LAUNCH_CHECK();
 }
 
@@ -205,9 +181,7 @@ void poly_backward_v2(const T* grad_y, const T* x, const Acc<T>* coeffs, T* grad
 }
 
 #define INSTANTIATE(T)                                                                                \
-  template void poly_forward_v1<T>(const T*, const Acc<T>*, T*, int64_t, cudaStream_t);               \
   template void poly_forward_v2<T>(const T*, const Acc<T>*, T*, int64_t, cudaStream_t);               \
-  template void poly_backward_v1<T>(const T*, const T*, const Acc<T>*, T*, int64_t, cudaStream_t);    \
   template void poly_backward_v2<T>(const T*, const T*, const Acc<T>*, T*, Acc<T>*, Acc<T>*, int64_t, \
                                     cudaStream_t);
 INSTANTIATE(float)

@@ -1,43 +1,92 @@
-"""Self-check for the lesson 01 exercise: kernels/exercises/polynomial_backward.cuh (backward version 1)."""
+"""Self-check for lesson 01's second exercise: kernels/exercises/polynomial_backward.cuh, backward version 1
+(grad_x of y = a*x^3 + b*x^2 + c*x + d; Part 1: the CPU loop; Part 2: the CUDA kernel)."""
 
 from __future__ import annotations
 
 import torch
 
-from .. import env as _env
 from .. import loader, selfcheck
+from . import Wrong
+from .polynomial_forward import coeffs, large_cases
 
-COEFFS = (1.5, 0.5, -2.0, 0.25)
+OP = "polynomial"
+NAME = "polynomial_backward"
+HINT = (
+    "grad_x[i] = grad_y[i] * ((3*a*x + 2*b)*x + c) with a, b, c = coeffs[0], coeffs[1], coeffs[2] (the check "
+    "draws new coefficients every run), for every i < n; see kernels/exercises/polynomial_backward.cuh"
+)
 
 
-def reference(x: torch.Tensor, grad_y: torch.Tensor) -> torch.Tensor:
-    a, b, c, _ = COEFFS
+def reference(x: torch.Tensor, grad_y: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    a, b, cc, _ = c.double().unbind()
     xd = x.double()
-    return (grad_y.double() * (3 * a * xd**2 + 2 * b * xd + c)).to(x.dtype)
+    return (grad_y.double() * ((3 * a * xd + 2 * b) * xd + cc)).to(x.dtype)
 
 
 def _inputs(shape, dtype, device, g):
     x = torch.randn(shape, generator=g).to(device=device, dtype=dtype)
     grad_y = torch.randn(shape, generator=g).to(device=device, dtype=dtype)
-    return x, grad_y
+    return x, grad_y, coeffs(g, device)
 
 
-def check(device=None, ext=None) -> int:
-    """Your backward (version 1) against the reference: CPU loop in CPU mode, CUDA kernel on a GPU."""
-    device = _env.default_device(device)
-    ext = ext or loader.load("polynomial")
-    coeffs = torch.tensor(COEFFS, device=device)
+def _large_inputs(numel, dtype, device, g):
+    x = torch.randn(numel, generator=g, device=device, dtype=dtype)
+    grad_y = torch.randn(numel, generator=g, device=device, dtype=dtype)
+    return x, grad_y, coeffs(g, device)
 
-    def yours(x, grad_y):
-        return ext.backward(grad_y, x, coeffs, False, 1)[0]
 
-    where = "the CUDA kernel (Part 2)" if device.type == "cuda" else "the CPU loop (Part 1)"
-    return selfcheck.run(
-        f"polynomial backward, {where}",
-        yours,
-        reference,
-        _inputs,
-        device=device,
-        hint="grad_x[i] = grad_y[i] * ((3*a*x + 2*b)*x + c), for every i < n; see "
-        "kernels/exercises/polynomial_backward.cuh",
-    )
+def check(device=None, ext=None, seed=None) -> int:
+    """Backward version 1 (grad_x) against the reference on every part you wrote: the CPU loop (Part 1), and
+    on a GPU machine also the CUDA kernel (Part 2), including a tensor of more than 2^31 elements."""
+    ext = ext or loader.load(OP)
+
+    def yours(x, grad_y, c):
+        return ext.backward(grad_y, x, c, False, 1)[0]
+
+    cases = 0
+    with selfcheck.exercise(NAME):
+        for dev in selfcheck.parts(device):
+            where = "the CUDA kernel (Part 2)" if dev.type == "cuda" else "the CPU loop (Part 1)"
+            name = f"polynomial backward v1, {where}"
+            cases += selfcheck.run(name, yours, reference, _inputs, device=dev, seed=seed, hint=HINT)
+            if dev.type == "cuda":
+                large_cases(name, yours, reference, _large_inputs, buffers=3, hint=HINT, seed=seed)
+    return cases
+
+
+_CPU_LINE = "grad_x[i] = grad_y[i] * ((3 * a * x[i] + 2 * b) * x[i] + c);"
+_CUDA_INDEX = "const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;"
+
+WRONG = [
+    Wrong(
+        "dy/dx without the factor 3 of 3*a*x^2 (the derivative of a*x^3)",
+        [(_CPU_LINE, "grad_x[i] = grad_y[i] * ((a * x[i] + 2 * b) * x[i] + c);")],
+        "cpu",
+    ),
+    Wrong(
+        "dy/dx alone, not multiplied by grad_y (the chain rule: dL/dx = dL/dy * dy/dx)",
+        [(_CPU_LINE, "grad_x[i] = (3 * a * x[i] + 2 * b) * x[i] + c;")],
+        "cpu",
+    ),
+    Wrong(
+        "the loop stops one short (i < n - 1): the last element is never written",
+        [("for (int64_t i = 0; i < n; ++i) {", "for (int64_t i = 0; i < n - 1; ++i) {")],
+        "cpu",
+    ),
+    Wrong(
+        "the index without blockIdx.x: every block computes elements 0..255 again",
+        [(_CUDA_INDEX, "const int64_t i = threadIdx.x;")],
+        "cuda",
+    ),
+    Wrong(
+        "the index computed in 32 bits (blockIdx.x * blockDim.x is unsigned int) and only then widened: it "
+        "wraps past 2^32 elements (caught by the large case where the GPU has 26 GB free, as on an H100)",
+        [(_CUDA_INDEX, "const int64_t i = blockIdx.x * blockDim.x + threadIdx.x;")],
+        "cuda",
+    ),
+    Wrong(
+        "dy/dx without the factor 2 of 2*b*x (the derivative of b*x^2)",
+        [("(3 * coeffs[0] * v + 2 * coeffs[1])", "(3 * coeffs[0] * v + coeffs[1])")],
+        "cuda",
+    ),
+]

@@ -1,0 +1,104 @@
+"""Self-check for lesson 01's first exercise: kernels/exercises/polynomial_forward.cuh, forward version 1 of
+y = a*x^3 + b*x^2 + c*x + d (Part 1: the CPU loop; Part 2: the CUDA kernel, one thread per element)."""
+
+from __future__ import annotations
+
+import torch
+
+from .. import loader, selfcheck
+from . import Wrong
+
+OP = "polynomial"
+NAME = "polynomial_forward"
+HINT = (
+    "y[i] = ((a*x + b)*x + c)*x + d with a, b, c, d = coeffs[0], coeffs[1], coeffs[2], coeffs[3] (the check "
+    "draws new coefficients every run), for every i < n; see kernels/exercises/polynomial_forward.cuh"
+)
+
+
+def coeffs(g: torch.Generator, device) -> torch.Tensor:
+    """[a, b, c, d], each uniform in [-2, 2), drawn from `g`: new coefficients in every case and every run."""
+    return (torch.rand(4, generator=g, device=g.device) * 4 - 2).to(device)
+
+
+def reference(x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    a, b, cc, d = c.double().unbind()
+    xd = x.double()
+    return (((a * xd + b) * xd + cc) * xd + d).to(x.dtype)
+
+
+def _inputs(shape, dtype, device, g):
+    x = torch.randn(shape, generator=g).to(device=device, dtype=dtype)
+    return x, coeffs(g, device)
+
+
+def _large_inputs(numel, dtype, device, g):
+    return torch.randn(numel, generator=g, device=device, dtype=dtype), coeffs(g, device)
+
+
+def large_cases(name, fn, ref, make_inputs, *, buffers, hint, seed=None) -> bool:
+    """selfcheck.large_case past 2^32 elements (bfloat16) where the GPU has the memory, since an index computed
+    in 32-bit unsigned arithmetic (blockIdx.x * blockDim.x) wraps only there; else past 2^31 (where a signed
+    32-bit index wraps)."""
+    numel = (1 << 32) + 4099
+    if torch.cuda.is_available() and buffers * numel * 2 > 0.8 * torch.cuda.mem_get_info()[0]:
+        numel = (1 << 31) + 4099
+    return selfcheck.large_case(name, fn, ref, make_inputs, numel=numel, buffers=buffers, hint=hint, seed=seed)
+
+
+def check(device=None, ext=None, seed=None) -> int:
+    """Forward version 1 against the reference on every part you wrote: the CPU loop (Part 1), and on a
+    GPU machine also the CUDA kernel (Part 2), including a tensor of more than 2^31 elements."""
+    ext = ext or loader.load(OP)
+
+    def yours(x, c):
+        return ext.forward(x, c, 1)
+
+    cases = 0
+    with selfcheck.exercise(NAME):
+        for dev in selfcheck.parts(device):
+            where = "the CUDA kernel (Part 2)" if dev.type == "cuda" else "the CPU loop (Part 1)"
+            name = f"polynomial forward v1, {where}"
+            cases += selfcheck.run(name, yours, reference, _inputs, device=dev, seed=seed, hint=HINT)
+            if dev.type == "cuda":
+                large_cases(name, yours, reference, _large_inputs, buffers=2, hint=HINT, seed=seed)
+    return cases
+
+
+_CPU_COEFFS = "const T a = coeffs[0], b = coeffs[1], c = coeffs[2], d = coeffs[3];"
+_CUDA_INDEX = "const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;"
+_CUDA_HORNER = "((coeffs[0] * v + coeffs[1]) * v + coeffs[2]) * v + coeffs[3]"
+
+WRONG = [
+    Wrong(
+        "the loop stops one short (i < n - 1): the last element is never written",
+        [("for (int64_t i = 0; i < n; ++i) {", "for (int64_t i = 0; i < n - 1; ++i) {")],
+        "cpu",
+    ),
+    Wrong(
+        "the lesson's example coefficients typed in (1.5, 0.5, -2, 0.25) instead of read from coeffs",
+        [(_CPU_COEFFS, "const T a = 1.5, b = 0.5, c = -2, d = 0.25;")],
+        "cpu",
+    ),
+    Wrong(
+        "Horner's rule without the constant term d",
+        [("y[i] = ((a * x[i] + b) * x[i] + c) * x[i] + d;", "y[i] = ((a * x[i] + b) * x[i] + c) * x[i];")],
+        "cpu",
+    ),
+    Wrong(
+        "the index without blockIdx.x: every block computes elements 0..255 again",
+        [(_CUDA_INDEX, "const int64_t i = threadIdx.x;")],
+        "cuda",
+    ),
+    Wrong(
+        "the index computed in 32 bits (blockIdx.x * blockDim.x is unsigned int) and only then widened: it "
+        "wraps past 2^32 elements (caught by the large case where the GPU has 17 GB free, as on an H100)",
+        [(_CUDA_INDEX, "const int64_t i = blockIdx.x * blockDim.x + threadIdx.x;")],
+        "cuda",
+    ),
+    Wrong(
+        "the coefficients read in reverse order (coeffs = [a, b, c, d]: a multiplies x^3)",
+        [(_CUDA_HORNER, "((coeffs[3] * v + coeffs[2]) * v + coeffs[1]) * v + coeffs[0]")],
+        "cuda",
+    ),
+]
