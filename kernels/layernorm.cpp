@@ -1,15 +1,13 @@
 // kernels/layernorm.cpp: the PyTorch side of LayerNorm over the last dimension (lesson 03).
 //
-//   forward(x, weight, bias, eps=1e-5, version=3) -> [y, mean, rstd]
-//   backward(grad_y, x, mean, rstd, weight, version=2) -> [grad_x, grad_weight, grad_bias]
+//   forward(x, weight, bias, eps=1e-5, version=3, kernel="auto") -> [y, mean, rstd]
+//   backward(grad_y, x, mean, rstd, weight, version=2, kernel="auto") -> [grad_x, grad_weight, grad_bias]
 //
-// config (default 0, the tuned one) picks other per-thread widths of forward v3 and backward v2 for
-// 2-byte types, for benchmarks/tuning/layernorm.py to compare; it changes speed only, never results beyond
-// rounding. Forward config 3 brings the rows through shared memory (cp.async, a persistent grid), config 4
-// never does (config 0 does on sm_90+ where it pays). Backward config 3 and 4 (float, half, bf16) also
-// finish the weight and bias gradients inside the one kernel, config 6 (sm_90+) does that with the rows
-// brought in by bulk copies, and config 7 also writes the last partial row before the last grad_x
-// (benchmarks/tuning/layernorm.py compares them all).
+// `kernel` names which kernel runs forward v3 or backward v2 on the GPU (kernels/layernorm_choices.h):
+// forward "auto", "registers", "pipelined"; backward "auto", "two_kernels", "cooperative", "bulk_copy",
+// "bulk_copy_split_barrier". "auto" runs the fastest measured on the GPU at hand; the others are there to
+// be compared (benchmarks/tuning/layernorm.py, notebooks/03b_layernorm_hopper.ipynb). They change speed
+// only, never results beyond rounding; on the CPU the name is checked and the CPU code runs.
 //
 // x has any shape [..., N]; weight and bias are [N] with x's dtype and device; mean and rstd have x's
 // leading shape and are float32 (float64 for float64 x): forward saves them so backward need not
@@ -24,10 +22,12 @@
 #include <climits>
 #include <cmath>
 #include <limits>
+#include <string>
 #include <type_traits>
 #include <vector>
 
 #include "checks.h"
+#include "layernorm_choices.h"
 #include "layernorm_cpu.h"
 
 #ifdef WITH_CUDA
@@ -220,11 +220,32 @@ std::vector<int64_t> leading_shape(const at::Tensor& x) {
   return std::vector<int64_t>(x.sizes().begin(), x.sizes().end() - 1);
 }
 
+// Python's `kernel` name as the enum of layernorm_choices.h: one of `names`, and other than "auto" only
+// for the version that has the choice (forward v3, backward v2).
+template <typename Kernel, size_t K>
+Kernel kernel_named(const std::string& name, const std::pair<Kernel, const char*> (&names)[K], const char* op,
+                    int64_t version, int64_t version_with_choice) {
+  std::string allowed;
+  for (const auto& [kernel, n] : names) {
+    if (name == n) {
+      TORCH_CHECK_VALUE(kernel == Kernel::kAuto || version == version_with_choice, op, " kernel=\"", name,
+                        "\" is a kernel of version ", std::to_string(version_with_choice), ", got version ",
+                        std::to_string(version));
+      return kernel;
+    }
+    allowed += std::string(allowed.empty() ? "" : ", ") + "\"" + n + "\"";
+  }
+  TORCH_CHECK_VALUE(false, op, " kernel must be one of ", allowed, ", got \"", name, "\"");
+  return Kernel::kAuto;
+}
+
 }  // namespace
 
 std::vector<at::Tensor> forward(const at::Tensor& x_in, const at::Tensor& weight_in,
-                                const at::Tensor& bias_in, double eps, int64_t version, int64_t config) {
+                                const at::Tensor& bias_in, double eps, int64_t version,
+                                const std::string& kernel_name) {
   check_version(version, 3);
+  const ForwardKernel kernel = kernel_named(kernel_name, kForwardKernelNames, "forward", version, 3);
   check_x(x_in);
   check_param(weight_in, "weight", x_in);
   check_param(bias_in, "bias", x_in);
@@ -254,7 +275,7 @@ std::vector<at::Tensor> forward(const at::Tensor& x_in, const at::Tensor& weight
     const auto e = static_cast<acc_t>(eps);
     if (version == 1) layernorm_forward_v1<cuda_t>(xp, wp, bp, yp, mp, rp, M, int(N), e, stream);
     if (version == 2) layernorm_forward_v2<cuda_t>(xp, wp, bp, yp, mp, rp, M, int(N), e, stream);
-    if (version == 3) layernorm_forward_v3<cuda_t>(xp, wp, bp, yp, mp, rp, M, int(N), e, stream, int(config));
+    if (version == 3) layernorm_forward_v3<cuda_t>(xp, wp, bp, yp, mp, rp, M, int(N), e, stream, kernel);
 #endif
   });
   return {y, mean, rstd};
@@ -262,8 +283,10 @@ std::vector<at::Tensor> forward(const at::Tensor& x_in, const at::Tensor& weight
 
 std::vector<at::Tensor> backward(const at::Tensor& grad_y_in, const at::Tensor& x_in,
                                  const at::Tensor& mean_in, const at::Tensor& rstd_in,
-                                 const at::Tensor& weight_in, int64_t version, int64_t config) {
+                                 const at::Tensor& weight_in, int64_t version,
+                                 const std::string& kernel_name) {
   check_version(version, 2);
+  const BackwardKernel kernel = kernel_named(kernel_name, kBackwardKernelNames, "backward", version, 2);
   check_x(x_in);
   check_param(weight_in, "weight", x_in);
   check_floating(grad_y_in, "grad_y");
@@ -306,10 +329,10 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_y_in, const at::Tensor& 
       return;
     }
     at::Tensor workspace = at::empty(
-        {layernorm_backward_v2_workspace<cuda_t>(gy, xp, wp, gx, M, int(N), int(config))}, mean.options());
+        {layernorm_backward_v2_workspace<cuda_t>(gy, xp, wp, gx, M, int(N), kernel)}, mean.options());
     layernorm_backward_v2<cuda_t>(gy, xp, mean.data_ptr<acc_t>(), rstd.data_ptr<acc_t>(), wp, gx,
                                   cuda_ptr<scalar_t>(grad_w), cuda_ptr<scalar_t>(grad_b),
-                                  workspace.data_ptr<acc_t>(), M, int(N), stream, int(config));
+                                  workspace.data_ptr<acc_t>(), M, int(N), stream, kernel);
 #endif
   });
   return {grad_x, grad_w, grad_b};
@@ -318,7 +341,8 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_y_in, const at::Tensor& 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "LayerNorm over the last dimension, forward and backward (lesson 03)";
   m.def("forward", &forward, "[y, mean, rstd]", py::arg("x"), py::arg("weight"), py::arg("bias"),
-        py::arg("eps") = 1e-5, py::arg("version") = 3, py::arg("config") = 0);
+        py::arg("eps") = 1e-5, py::arg("version") = 3, py::arg("kernel") = "auto");
   m.def("backward", &backward, "[grad_x, grad_weight, grad_bias]", py::arg("grad_y"), py::arg("x"),
-        py::arg("mean"), py::arg("rstd"), py::arg("weight"), py::arg("version") = 2, py::arg("config") = 0);
+        py::arg("mean"), py::arg("rstd"), py::arg("weight"), py::arg("version") = 2,
+        py::arg("kernel") = "auto");
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "common.h"
+#include "layernorm_choices.h"
 
 // Forward: y = (x - mean) * rstd * weight + bias, row by row; writes mean and rstd for backward.
 template <typename T>
@@ -14,11 +15,12 @@ void layernorm_forward_v1(const T* x, const T* weight, const T* bias, T* y, Acc<
 template <typename T>
 void layernorm_forward_v2(const T* x, const T* weight, const T* bias, T* y, Acc<T>* mean, Acc<T>* rstd,
                           int64_t M, int N, Acc<T> eps, cudaStream_t stream);
-// config 0 is the tuned default; other values try other widths per thread for 2-byte types
-// (benchmarks/tuning/layernorm.py compares them; see layernorm.cu). Same for backward v2.
+// v3: `kernel` picks the row-in-registers kernel or the pipelined one (layernorm_choices.h); kAuto, the
+// fastest measured on this GPU, is what the lesson runs.
 template <typename T>
 void layernorm_forward_v3(const T* x, const T* weight, const T* bias, T* y, Acc<T>* mean, Acc<T>* rstd,
-                          int64_t M, int N, Acc<T> eps, cudaStream_t stream, int config = 0);
+                          int64_t M, int N, Acc<T> eps, cudaStream_t stream,
+                          ForwardKernel kernel = ForwardKernel::kAuto);
 
 // Backward: grad_x, grad_weight and grad_bias from grad_y, x, the saved mean and rstd, and weight.
 template <typename T>
@@ -32,14 +34,14 @@ template <typename T>
 void layernorm_backward_v1_dx(const T* grad_y, const T* x, const Acc<T>* mean, const Acc<T>* rstd,
                               const T* weight, T* grad_x, int64_t M, int N, cudaStream_t stream);
 
-// backward v2 config 3 and 4 finish grad_weight and grad_bias inside one cooperative kernel (see
-// layernorm.cu); 0 to 2 add the partial sums in a second kernel.
-// v2 needs a scratch buffer of layernorm_backward_v2_workspace(...) values of Acc<T> (per-block partial
-// column sums); call it with the same pointers and sizes as the launch.
+// v2: `kernel` picks two kernels (the lesson's) or one of the one-kernel endings of layernorm.hopper.cu
+// (layernorm_choices.h). It needs a scratch buffer of layernorm_backward_v2_workspace(...) values of
+// Acc<T> (per-block partial column sums); call it with the same pointers, sizes and kernel as the launch.
 template <typename T>
 int64_t layernorm_backward_v2_workspace(const T* grad_y, const T* x, const T* weight, const T* grad_x,
-                                        int64_t M, int N, int config = 0);
+                                        int64_t M, int N, BackwardKernel kernel = BackwardKernel::kAuto);
 template <typename T>
 void layernorm_backward_v2(const T* grad_y, const T* x, const Acc<T>* mean, const Acc<T>* rstd,
                            const T* weight, T* grad_x, T* grad_weight, T* grad_bias, Acc<T>* workspace,
-                           int64_t M, int N, cudaStream_t stream, int config = 0);
+                           int64_t M, int N, cudaStream_t stream,
+                           BackwardKernel kernel = BackwardKernel::kAuto);

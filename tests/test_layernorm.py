@@ -1,11 +1,13 @@
 """kernels/layernorm.*: every version on the CPU and (on a GPU) CUDA against torch.nn.functional.layer_norm,
 gradients, numerics on rows with a large mean, determinism, bad input."""
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers import check
+from helpers import check, loader
 from helpers.ops import layernorm as ln
 from tests.conftest import load_solutions, needs_gpu
 
@@ -81,27 +83,69 @@ def test_backward_matches_autograd(ext, device, dtype, shape, version):
     check.assert_close(gb, bd.grad.to(dtype), name="grad_bias", **tol_w)
 
 
+FORWARD_KERNELS = ["auto", "registers", "pipelined"]  # kernels/layernorm_choices.h, forward v3
+BACKWARD_KERNELS = ["auto", "two_kernels", "cooperative", "bulk_copy", "bulk_copy_split_barrier"]  # backward v2
+
+
+def test_kernel_names_are_the_ones_in_the_header():
+    """The names tests, benchmarks and notebook 03b use are the ones layernorm_choices.h maps to its enums."""
+    text = (loader.KERNELS / "layernorm_choices.h").read_text()
+    for table, names in (("kForwardKernelNames", FORWARD_KERNELS), ("kBackwardKernelNames", BACKWARD_KERNELS)):
+        body = text[text.index(table) : text.index("};", text.index(table))]
+        assert re.findall(r'"(\w+)"', body) == names, table
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 @pytest.mark.parametrize("shape", [(64, 1024), (8, 8192), (3, 24576)], ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("config", [1, 2, 3, 4, 5, 6, 7])
-def test_tuning_configs_match_the_default(ext, device, dtype, shape, config):
-    """forward v3 and backward v2 take `config`, other widths per thread (benchmarks/tuning/layernorm.py compares their
-    speed): the results match the default's up to rounding, also where a row falls back to a wider one."""
+@pytest.mark.parametrize("kernel", FORWARD_KERNELS[1:])
+def test_forward_kernels_match_the_default(ext, device, dtype, shape, kernel):
+    """Forward v3 takes `kernel` (benchmarks/tuning/layernorm.py and notebook 03b compare their speed): the
+    results match the default's, also where a kernel does not apply and the next simpler one runs."""
+    x, w, b = inputs(shape, dtype, device)
+    want = ext.forward(x, w, b, EPS, 3)
+    with check.poisoned():
+        got = ext.forward(x, w, b, EPS, 3, kernel)
+    for name, a, e in zip(("y", "mean", "rstd"), got, want):
+        check.assert_close(a, e, name=name, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("shape", [(64, 1024), (8, 8192), (3, 24576)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("kernel", BACKWARD_KERNELS[1:])
+def test_backward_kernels_match_the_default(ext, device, dtype, shape, kernel):
+    """Backward v2 takes `kernel`: the gradients match the default's up to rounding (the column sums are
+    added in another order by another number of blocks), also where a kernel falls back to a simpler one."""
     x, w, b = inputs(shape, dtype, device)
     gy = torch.randn(shape, generator=torch.Generator().manual_seed(1)).to(device=device, dtype=dtype)
     # other row groups add in another order: a last-bit difference can flip a bf16 rounding
     tol = dict(rtol=2e-2, atol=2e-3) if dtype.itemsize == 2 else dict(rtol=1e-5, atol=1e-5)
-    want = ext.forward(x, w, b, EPS, 3)
+    _, mean, rstd = ext.forward(x, w, b, EPS, 3)
+    want = ext.backward(gy, x, mean, rstd, w, 2)
     with check.poisoned():
-        got = ext.forward(x, w, b, EPS, 3, config)
-    for name, a, e in zip(("y", "mean", "rstd"), got, want):
+        got = ext.backward(gy, x, mean, rstd, w, 2, kernel)
+    for name, a, e in zip(("grad_x", "grad_weight", "grad_bias"), got, want):
         check.assert_close(a, e, name=name, **tol)
-    _, mean, rstd = want
-    want_g = ext.backward(gy, x, mean, rstd, w, 2)
-    with check.poisoned():
-        got_g = ext.backward(gy, x, mean, rstd, w, 2, config)
-    for name, a, e in zip(("grad_x", "grad_weight", "grad_bias"), got_g, want_g):
-        check.assert_close(a, e, name=name, **tol)
+
+
+def test_a_bad_kernel_name_lists_the_allowed_ones(ext, device):
+    x, w, b = inputs((2, 8), torch.float32, device)
+    _, mean, rstd = ext.forward(x, w, b)
+    allowed = ", ".join(f'"{k}"' for k in FORWARD_KERNELS)
+    with pytest.raises(ValueError, match=re.escape(f'forward kernel must be one of {allowed}, got "fast"')):
+        ext.forward(x, w, b, EPS, 3, "fast")
+    allowed = ", ".join(f'"{k}"' for k in BACKWARD_KERNELS)
+    with pytest.raises(ValueError, match=re.escape(f'backward kernel must be one of {allowed}, got "pipelined"')):
+        ext.backward(x, x, mean, rstd, w, 2, "pipelined")
+    with pytest.raises(
+        ValueError, match=re.escape('forward kernel="pipelined" is a kernel of version 3, got version 1')
+    ):
+        ext.forward(x, w, b, EPS, 1, "pipelined")
+    with pytest.raises(
+        ValueError, match=re.escape('backward kernel="cooperative" is a kernel of version 2, got version 1')
+    ):
+        ext.backward(x, x, mean, rstd, w, 1, "cooperative")
+    with pytest.raises(TypeError):  # the integer configs are gone
+        ext.forward(x, w, b, EPS, 3, 4)
 
 
 @pytest.mark.parametrize("version", [1, 2, 3])
@@ -294,19 +338,20 @@ def test_weight_gradient_is_deterministic(ext, shape):
 @needs_gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("shape", [(4096, 1024), (1000, 4096), (300, 8192), (5, 96), (3000, 8), (7, 4097)], ids=str)
-@pytest.mark.parametrize("config", [0, 3, 4, 6, 7])
-def test_fused_column_sums_are_deterministic_and_correct(ext, dtype, shape, config):
-    """Backward configs 3, 4, 6 and 7 (and so the default, 0) finish grad_weight and grad_bias inside one
-    cooperative kernel (6 and 7: rows by bulk copy on sm_90+, else config 3): the same bits
-    on every call, and the sums of the CPU implementation (float64 reference) up to rounding. Covers rows
-    that take one block per pair of rows, tiny rows (fewer columns than blocks), and the scalar fallback."""
+@pytest.mark.parametrize("kernel", BACKWARD_KERNELS)
+def test_column_sums_are_deterministic_and_correct(ext, dtype, shape, kernel):
+    """Every backward v2 kernel adds grad_weight and grad_bias in a fixed order (per-block partial sums, then
+    over the blocks; "cooperative" and the bulk-copy kernels in one kernel after a grid barrier, sm_90+ for
+    bulk copies, else "cooperative"): the same bits on every call, and the sums of a float64 reference up
+    to rounding. Covers rows that take one block per pair of rows, tiny rows (fewer columns than blocks),
+    and the scalar fallback."""
     x, w, b = inputs(shape, dtype, "cuda")
     gy = torch.randn(shape, generator=torch.Generator().manual_seed(3)).to(device="cuda", dtype=dtype)
     _, mean, rstd = ext.forward(x, w, b)
     with check.poisoned():
-        first = ext.backward(gy, x, mean, rstd, w, 2, config)
+        first = ext.backward(gy, x, mean, rstd, w, 2, kernel)
     for _ in range(3):
-        again = ext.backward(gy, x, mean, rstd, w, 2, config)
+        again = ext.backward(gy, x, mean, rstd, w, 2, kernel)
         for name, a, f in zip(("grad_x", "grad_weight", "grad_bias"), again, first):
             assert torch.equal(a, f), f"{name} differs between calls"
     xd, gd = x.double(), gy.double()
@@ -317,7 +362,7 @@ def test_fused_column_sums_are_deterministic_and_correct(ext, dtype, shape, conf
     tol = dict(rtol=1e-3, atol=1e-4 * rows) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-3 * rows**0.5)
     check.assert_close(first[1].double(), gw, name="grad_weight", **tol)
     check.assert_close(first[2].double(), gb, name="grad_bias", **tol)
-    want = ext.backward(gy, x, mean, rstd, w, 2, 0)
+    want = ext.backward(gy, x, mean, rstd, w, 2)
     check.assert_close(first[0], want[0], name="grad_x")
 
 
@@ -325,16 +370,16 @@ def test_fused_column_sums_are_deterministic_and_correct(ext, dtype, shape, conf
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64], ids=str)
 @pytest.mark.parametrize("shape", [(256, 4096), (1000, 1024), (7, 4097), (5000, 256), (3, 2, 8192)], ids=str)
 def test_pipelined_forward_gives_the_same_bits(ext, dtype, shape):
-    """Forward config 3 brings the rows through shared memory (cp.async, a persistent grid) instead of
-    straight into registers (config 4) and does the same arithmetic in the same order: the same bits. The
-    default (0) picks one of the two, so it gives those bits too."""
+    """The pipelined forward brings the rows through shared memory (cp.async, a persistent grid) instead of
+    straight into registers and does the same arithmetic in the same order: the same bits. The default
+    ("auto") picks one of the two, so it gives those bits too."""
     x, w, b = inputs(shape, dtype, "cuda")
-    want = ext.forward(x, w, b, EPS, 3, 4)
-    for config in (3, 0):
+    want = ext.forward(x, w, b, EPS, 3, "registers")
+    for kernel in ("pipelined", "auto"):
         with check.poisoned():
-            got = ext.forward(x, w, b, EPS, 3, config)
+            got = ext.forward(x, w, b, EPS, 3, kernel)
         for name, a, e in zip(("y", "mean", "rstd"), got, want):
-            assert torch.equal(a, e), f"forward config {config}: {name} differs from config 4 (one row per block)"
+            assert torch.equal(a, e), f"forward kernel={kernel!r}: {name} differs from kernel='registers'"
 
 
 @needs_gpu

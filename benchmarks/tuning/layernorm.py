@@ -1,16 +1,14 @@
 """Lesson 03 LayerNorm, the tuning candidates side by side (run from the repo root: python3 -m benchmarks.tuning.layernorm).
 
 For 4096x4096, 32768x1024 and 8192x8192 in bfloat16 and float32: our forward v3 and backward v2 under the
-`config`s worth comparing, native PyTorch, torch.compile, and the % of a same-size device copy (CUDA
-events, L2 flushed). Forward counts 2*M*N elements, backward 3*M*N.
-- forward: 0 = the default; 3 = rows pipelined through shared memory by cp.async wherever that applies
-  (half/bf16), 4 = never (the default before it; float32 always runs that kernel). 3 and 4 must give the
-  same bits as 0.
-- backward, 2-byte types: 0 = the default (config 7 on sm_90+: bulk copies, the last partial row written
-  before the last grad_x), 6 = bulk copies without that, 3 = rows in registers, column sums finished in
-  the cooperative kernel. float32: 0 (= 3), 6 and 7. Every config gives the same gradients up to
-  rounding, and the same bits on repeated calls.
-(Configs measured slower everywhere, forward 1 and 2 and backward 1, 4 and 5, are still selectable.)
+`kernel`s worth comparing (kernels/layernorm_choices.h), native PyTorch, torch.compile, and the % of a
+same-size device copy (CUDA events, L2 flushed). Forward counts 2*M*N elements, backward 3*M*N.
+- forward: "auto" (the default), "pipelined" (rows through shared memory by cp.async wherever that applies,
+  half/bf16), "registers" (never; float32 always runs that kernel). All give the same bits.
+- backward: "auto" (half/bf16 on sm_90+: "bulk_copy_split_barrier"; float32: "cooperative"), "two_kernels"
+  (the lesson's backward v2), "cooperative", "bulk_copy", and for float32 "bulk_copy_split_barrier". Every
+  kernel gives the same gradients up to rounding, and the same bits on repeated calls.
+Kernels measured slower everywhere are not in the tree (results/h100/layernorm_history.md).
 Every measurement, the copy's included, is repeated (--repeat, default 3) in turn with the others
 (bench.compare(repeat=...)); the table gives the medians and the range of the timings (the lowest 20th to
 the highest 80th percentile), so the spread on one machine is visible next to the differences."""
@@ -58,25 +56,26 @@ def main(argv=None):
             g = torch.randn_like(x)
             es = x.element_size()
             labels = dict(op="ln fwd", shape=f"{m}x{n}", dtype=str(dtype).replace("torch.", ""))
-            fcfg = (0, 3, 4) if es == 2 else (0, 3)
-            want_f = ext.forward(x, w, b, EPS, 3, 0)
-            for c in fcfg[1:]:
-                assert all(torch.equal(p, q) for p, q in zip(ext.forward(x, w, b, EPS, 3, c), want_f)), c
-            fwd = {f"ours cfg{c}": (lambda c=c: ext.forward(x, w, b, EPS, 3, c)) for c in fcfg}
+            fkernels = ("auto", "pipelined", "registers") if es == 2 else ("auto", "registers")
+            want_f = ext.forward(x, w, b, EPS, 3)
+            for k in fkernels[1:]:
+                assert all(torch.equal(p, q) for p, q in zip(ext.forward(x, w, b, EPS, 3, k), want_f)), k
+            fwd = {f"ours {k}": (lambda k=k: ext.forward(x, w, b, EPS, 3, k)) for k in fkernels}
             fwd["native"] = lambda: F.layer_norm(x, (n,), w, b, EPS)
             fwd["torch.compile"] = lambda: cfwd(x, w, b)
             _, mean, rstd = want_f
             _, nmean, nrstd = torch.native_layer_norm(x, [n], w, b, EPS)
-            want = ext.backward(g, x, mean, rstd, w, 2, 0)
-            bcfg = (0, 6, 3) if es == 2 else (0, 6, 7)
-            for c in bcfg[1:]:  # every config gives the same gradients up to rounding
-                got = ext.backward(g, x, mean, rstd, w, 2, c)
+            want = ext.backward(g, x, mean, rstd, w, 2)
+            bkernels = ("auto", "bulk_copy", "cooperative", "two_kernels")
+            if es == 4:
+                bkernels += ("bulk_copy_split_barrier",)
+            for k in bkernels[1:]:  # every kernel gives the same gradients up to rounding
+                got = ext.backward(g, x, mean, rstd, w, 2, k)
                 for a, e in zip(got, want):
                     torch.testing.assert_close(a.float(), e.float(), rtol=2e-2, atol=2e-2)
-                if c in (0, 3, 4, 6, 7):  # the fused column sums: bit-for-bit the same on every call
-                    again = ext.backward(g, x, mean, rstd, w, 2, c)
-                    assert all(torch.equal(p, q) for p, q in zip(got, again)), f"config {c} is not deterministic"
-            bwd = {f"ours cfg{c}": (lambda c=c: ext.backward(g, x, mean, rstd, w, 2, c)) for c in bcfg}
+                again = ext.backward(g, x, mean, rstd, w, 2, k)  # fixed-order column sums: the same bits
+                assert all(torch.equal(p, q) for p, q in zip(got, again)), f"{k} is not deterministic"
+            bwd = {f"ours {k}": (lambda k=k: ext.backward(g, x, mean, rstd, w, 2, k)) for k in bkernels}
             bwd["native"] = lambda: native_backward(g, x, nmean, nrstd, w, b)
             bwd["torch.compile"] = lambda: cbwd(g, x, nmean, nrstd, w, b)
             rows += bench.compare(fwd, nbytes=2 * m * n * es, repeat=args.repeat, **labels)
@@ -88,13 +87,13 @@ def main(argv=None):
             json.dump([{k: r[k] for k in keys} for r in rows], f, indent=0)
     ref = {(r["op"], r["shape"], r["dtype"], r["impl"]): r["ms"] for r in rows}
     print(
-        f"{'op':<8}{'shape':<12}{'dtype':<10}{'impl':<15}{'us':>8}{'(range)':>15}{'% copy':>8}{'x native':>10}{'x compile':>11}"
+        f"{'op':<8}{'shape':<12}{'dtype':<10}{'impl':<30}{'us':>8}{'(range)':>15}{'% copy':>8}{'x native':>10}{'x compile':>11}"
     )
     for r in rows:
         k = (r["op"], r["shape"], r["dtype"])
         spread = f"({r['ms_lo'] * 1000:.1f}-{r['ms_hi'] * 1000:.1f})"
         print(
-            f"{r['op']:<8}{r['shape']:<12}{r['dtype']:<10}{r['impl']:<15}{r['ms'] * 1000:>8.1f}{spread:>15}"
+            f"{r['op']:<8}{r['shape']:<12}{r['dtype']:<10}{r['impl']:<30}{r['ms'] * 1000:>8.1f}{spread:>15}"
             f"{r['pct_copy']:>7.1f}%{ref[(*k, 'native')] / r['ms']:>9.2f}x{ref[(*k, 'torch.compile')] / r['ms']:>10.2f}x"
         )
     print(f"total {time.time() - start:.0f} s")

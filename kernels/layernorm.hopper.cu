@@ -1,0 +1,576 @@
+// kernels/layernorm.hopper.cu: the tuning of lesson 03's LayerNorm past the ladder of kernels/layernorm.cu,
+// explained in the optional appendix notebooks/03b_layernorm_hopper.ipynb. The default (kAuto, see
+// layernorm_choices.h) runs these where they were measured faster; the numbers, and what was tried and not
+// kept, are in results/h100/layernorm_history.md.
+//
+// A memory-bound kernel runs at copy speed only with enough bytes in flight per SM (memory latency x
+// bandwidth / number of SMs, by Little's law), and registers and shared memory cap how many a thread or
+// a block can keep asking for. What each step adds:
+//
+//   forward v3, pipelined   forward_v3_pipelined_kernel, forward_v3_pipelined (ForwardKernel::kPipelined):
+//                 a persistent grid; each thread copies its share of the next row into shared memory
+//                 (cp.async) before it reduces the current one, so every block always has a row in
+//                 flight: twice forward_v3_kernel's bytes per SM at the same registers. Any GPU, but the
+//                 default only on sm_90+ with few rounds (with many, the static split of rows is slower
+//                 than the block scheduler's balancing).
+//   backward v2, cooperative   backward_v2_cooperative_kernel (BackwardKernel::kCooperative): backward
+//                 v2's row loop, then a grid-wide barrier (cooperative launch, grid.sync) and the column
+//                 sums finished by all blocks in a fixed order (finish_column_sums): no second kernel, and
+//                 a grid sized to equal rounds. Any GPU with cooperative launch.
+//   backward v2, bulk copy   backward_v2_bulk_kernel<kEarly = false> (BackwardKernel::kBulkCopy, sm_90+):
+//                 the rows arrive by the Tensor Memory Accelerator's bulk copies into a ring of 4
+//                 shared-memory buffers: three rounds in flight per SM, counted by mbarriers, whatever
+//                 the threads are doing (a thread's register loads all wait on one scoreboard).
+//   backward v2, split barrier   backward_v2_bulk_kernel<kEarly = true> (kBulkCopySplitBarrier): the last
+//                 round's column sums and partial row first, then arrive at the grid barrier
+//                 (barrier_arrive), compute that round's grad_x, and only then wait (barrier_wait): the
+//                 barrier's latency hides behind the work.
+//   plan_backward_tuned, launch_backward_tuned: the plans and launches of the three backward kernels.
+#include <cooperative_groups.h>
+
+#include "layernorm_common.cuh"
+
+using namespace layernorm;
+
+namespace {
+
+// ------------------------------------------------------------------------------------------------
+// Forward v3, pipelined
+// ------------------------------------------------------------------------------------------------
+
+// 16 bytes from global to shared memory without passing through registers (cp.async, sm_80+; a plain
+// copy before), and the waits for them: the thread's own copies, in the groups it committed.
+namespace pipe {
+__device__ __forceinline__ void copy16(void* dst, const void* src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
+      "l"(src)
+      : "memory");
+#else
+  *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+#endif
+}
+__device__ __forceinline__ void commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int kPending>  // wait until at most kPending of this thread's groups are still in flight
+__device__ __forceinline__ void wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+#endif
+}
+}  // namespace pipe
+
+// The same row groups and arithmetic as forward_v3_kernel, but each block keeps its rows coming. A
+// persistent grid (as many blocks as fit at once, sized to equal rounds) walks the rows, and each thread
+// copies its share of the next row into shared memory (cp.async: no registers held while it is in
+// flight) before it reduces the current one. Why: in forward_v3_kernel a block has nothing in flight from
+// the moment its row lands until it ends (two reductions, weight and bias, the store), and registers cap
+// it at one row per block: 8 blocks of 256 threads at 32 registers hold at most 64 KB per SM. Here each
+// block has its next row on the way too: 128 KB per SM at the same 32 registers (held to them by
+// __launch_bounds__: 8 blocks per SM). With many rounds the static split loses to the block scheduler's
+// balancing (some SMs get less bandwidth than others, and here every block must finish its share).
+template <typename T, int kVec, int kPacks>
+__global__ __launch_bounds__(256, 8) void forward_v3_pipelined_kernel(
+    const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
+    Acc<T>* __restrict__ mean, Acc<T>* __restrict__ rstd, int64_t M, int N, Acc<T> eps) {
+  __shared__ Acc<T> buf[2][32];
+  extern __shared__ float4 stage_[];  // [2 stages][R rows][N] of T
+  T* stage = reinterpret_cast<T*>(stage_);
+  const int R = blockDim.y;
+  const int64_t step = int64_t(gridDim.x) * R;
+  const auto fetch = [&](int64_t row, int st) {  // this thread's packs of `row` into stage st
+    if (row < M) {
+      T* dst = stage + (int64_t(st) * R + threadIdx.y) * N;
+#pragma unroll
+      for (int p = 0; p < kPacks; ++p) {
+        const int j = (threadIdx.x + p * blockDim.x) * kVec;
+        if (j < N) pipe::copy16(dst + j, x + row * N + j);
+      }
+    }
+    pipe::commit();  // an empty group past the last row keeps the count of groups in step
+  };
+  int64_t row = blockIdx.x * int64_t(R) + threadIdx.y;
+  fetch(row, 0);
+  int st = 0;
+  for (int64_t first = blockIdx.x * int64_t(R); first < M; first += step, row += step, st ^= 1) {
+    fetch(row + step, st ^ 1);
+    pipe::wait<1>();  // this row's copies (not the next row's) have landed
+    const bool active = row < M;
+    const T* xs = stage + (int64_t(st) * R + threadIdx.y) * N;
+    Raw<T, kVec> v[kPacks];
+    const Acc<T> sum = load_row(v, xs, N, active);
+    normalize_row<T, kVec, kPacks>(v, sum, w, b, y, mean, rstd, row, N, eps, active, buf);
+  }
+  pipe::wait<0>();
+}
+
+// forward_v3_pipelined_kernel with the widths of launch_forward_v3, for blocks of up to 256 threads; false
+// (nothing launched) where a block would be larger or the persistent grid would need more than max_rounds.
+template <typename T, int kVec, int kPacks>
+bool launch_forward_v3_pipelined(const T* x, const T* w, const T* b, T* y, Acc<T>* mean, Acc<T>* rstd,
+                                 int64_t M, int N, Acc<T> eps, cudaStream_t stream, int64_t max_rounds) {
+  const int threads = row_threads(N / kVec, kPacks);
+  const int rows = threads >= 128 ? 1 : 128 / threads;
+  if (threads == 0 || threads * rows > 256) return false;
+  const dim3 block(threads, rows);
+  const size_t smem = 2 * size_t(rows) * N * sizeof(T);  // two stages of the block's rows
+  auto kernel = forward_v3_pipelined_kernel<T, kVec, kPacks>;
+  if (smem > size_t(device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>())) return false;
+  COURSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  int per_sm = 0;
+  COURSE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads * rows, smem));
+  if (per_sm == 0) return false;
+  const int64_t want = ceil_div<int64_t>(M, rows), cap = int64_t(per_sm) * num_sms();
+  const int64_t rounds = ceil_div<int64_t>(M, rows * (want < cap ? want : cap));
+  if (rounds > max_rounds) return false;
+  const int64_t blocks = ceil_div<int64_t>(M, rows * rounds);  // as few blocks as give equal rounds
+  kernel<<<unsigned(blocks), block, smem, stream>>>(x, w, b, y, mean, rstd, M, N, eps);
+  return true;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Backward v2, cooperative: the column sums finished in the same kernel
+// ------------------------------------------------------------------------------------------------
+
+// The end of a one-kernel backward v2: grad_weight and grad_bias from the [2][G][N] partial sums of the
+// G = gridDim.x blocks (common.h's add_columns_in_order: 2N columns, grad_weight's then grad_bias's, each
+// added over the G blocks in a fixed order: the same bits on every run, no float atomics).
+template <typename acc_t, typename T>
+__device__ __forceinline__ void finish_column_sums(const acc_t* partials, int N, T* __restrict__ dw,
+                                                   T* __restrict__ db, acc_t* scratch) {
+  const int G = gridDim.x;
+  const auto start = [&](int64_t q) { return q < N ? partials + q : partials + int64_t(G) * N + (q - N); };
+  const auto store = [&](int64_t q, acc_t v) {
+    if (q < N)
+      dw[q] = from_acc<T>(v);
+    else
+      db[q - N] = from_acc<T>(v);
+  };
+  add_columns_in_order(2 * int64_t(N), blockIdx.x, G, G, N, start, store, scratch);
+}
+
+// backward_v2_kernel's rows, then the column sums in the same kernel. It is launched cooperatively (every
+// block resident at once): each block writes its partial row, cooperative_groups' grid.sync() (the
+// driver's own barrier: nothing to zero, safe on any stream, and it fences memory), and then all blocks
+// split the 2N column sums. Why faster: no second launch and no short, nearly idle sum_partials_kernel at
+// the end; the partial rows are read back from L2 by the whole GPU at once; and the grid is sized to
+// whole rounds (plan_backward_rows with fuse), which also means fewer partial rows.
+template <typename T, int kVec, int kPacks>
+__global__ __launch_bounds__(1024) void backward_v2_cooperative_kernel(
+    const T* __restrict__ dy, const T* __restrict__ x, const Acc<T>* __restrict__ mean,
+    const Acc<T>* __restrict__ rstd, const T* __restrict__ w, T* __restrict__ dx,
+    Acc<T>* __restrict__ partials, T* __restrict__ dw, T* __restrict__ db, int64_t M, int N) {
+  Acc<T>* scratch = backward_v2_rows<T, kVec, kPacks>(dy, x, mean, rstd, w, dx, partials, M, N);
+  cooperative_groups::this_grid().sync();
+  finish_column_sums(partials, N, dw, db, scratch);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Backward v2, bulk copy (sm_90+)
+// ------------------------------------------------------------------------------------------------
+
+// The rows, blocks and column sums of the cooperative kernel, but the rows arrive by the Tensor Memory
+// Accelerator's bulk copy (cp.async.bulk) into a ring of 4 shared-memory buffers, one round of the
+// block's R rows (x and grad_y, R * N contiguous values each, 16 KB apiece at 4096 bf16 columns) per
+// buffer, while the threads work on an earlier round. Why: in the register loop every thread has one row
+// in flight, and ptxas counts all of a thread's global loads on one scoreboard, so a thread waiting for
+// row k also waits for any later row it has already asked for (the SASS shows it; two rows in flight made
+// bf16 slower). A bulk copy is one instruction per round, counted by its own mbarrier (a shared-memory
+// counter of bytes still to arrive), so up to three rounds are in flight per SM whatever the threads are
+// doing. One thread issues the copies; lanes 0..R-1 of warp 0 fetch the rows' mean and rstd with
+// cp.async, which arrives on the same mbarrier. x and grad_y are read from shared memory in both passes,
+// and the column sums live in registers; the end is the cooperative kernel's (a partial row per block, a
+// grid barrier, fixed-order sums), with the partial row added from the groups' registers.
+namespace bulk {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void init(uint64_t* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void fence_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+// One arrival that also announces `bytes` of bulk copies to come on this barrier's current phase.
+__device__ __forceinline__ void arrive_expect(uint64_t* bar, uint32_t bytes) {
+  asm volatile(
+      "{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }" ::"r"(smem_addr(bar)),
+      "r"(bytes)
+      : "memory");
+}
+__device__ __forceinline__ void arrive(uint64_t* bar) {
+  asm volatile("{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }" ::"r"(smem_addr(bar))
+               : "memory");
+}
+// `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared memory.
+__device__ __forceinline__ void copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+          smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar))
+      : "memory");
+}
+// 4 bytes by cp.async; the barrier gets this thread's arrival once its earlier cp.asyncs have landed.
+__device__ __forceinline__ void copy4(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void arrive_after_copies(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done)
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(parity)
+        : "memory");
+}
+#endif
+}  // namespace bulk
+
+constexpr int kBulkBuffers = 4;  // rounds in flight: 3 (3 and 6 buffers were slower)
+
+// Shared memory of backward_v2_bulk_kernel: [reduction buffers | mbarriers | mean, rstd | row buffers].
+template <typename T>
+struct BulkLayout {
+  int R, N;
+  bool early = false;  // kEarly: room to add the groups' column sums while a round is still in the ring
+  __host__ __device__ size_t stage_bytes() const { return 2 * size_t(R) * N * sizeof(T); }  // x, grad_y
+  __host__ __device__ size_t bars() const { return 2 * 32 * 2 * sizeof(Acc<T>); }
+  __host__ __device__ size_t stats() const { return bars() + 8 * size_t(kBulkBuffers); }
+  __host__ __device__ size_t buffers() const {
+    return ceil_div<size_t>(stats() + 2 * size_t(kBulkBuffers) * R * 4, 128) * 128;
+  }
+  __host__ __device__ size_t total() const {
+    const size_t ring = size_t(kBulkBuffers) * stage_bytes();
+    const size_t ending = 2 * size_t(R) * N * sizeof(Acc<T>);  // the groups' column sums, at the end
+    return buffers() + (ring > ending ? ring : ending);
+  }
+  __host__ __device__ size_t exchange() const { return total(); }  // kEarly: [R - 1][2][N] column sums
+  __host__ __device__ size_t total_bytes() const {
+    return total() + (early ? 2 * size_t(R - 1) * N * sizeof(Acc<T>) : 0);
+  }
+};
+
+// kEarly (kBulkCopySplitBarrier): the last round peeled: its column sums are added and the block's
+// partial row written first, the grid barrier is arrived at, and the round's grad_x is computed while the
+// other blocks arrive. (Weight is then also loaded before the first bulk copies are issued rather than
+// after: measured neutral.)
+template <typename T, int kVec, bool kEarly = false>
+__global__ __launch_bounds__(1024) void backward_v2_bulk_kernel(
+    const T* __restrict__ dy, const T* __restrict__ x, const Acc<T>* __restrict__ mean,
+    const Acc<T>* __restrict__ rstd, const T* __restrict__ w, T* __restrict__ dx,
+    Acc<T>* __restrict__ partials, T* __restrict__ dw, T* __restrict__ db, int64_t M, int N) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using acc_t = Acc<T>;
+  static_assert(sizeof(acc_t) == 4, "float, half and bf16 only");
+  constexpr int B = kBulkBuffers;
+  extern __shared__ float4 smem_[];
+  char* base = reinterpret_cast<char*>(smem_);
+  const int R = blockDim.y, packs = N / kVec, c = threadIdx.x;
+  const BulkLayout<T> L{R, N, kEarly};
+  acc_t* red = reinterpret_cast<acc_t*>(base);  // [2][32 warps][2]
+  uint64_t* bars = reinterpret_cast<uint64_t*>(base + L.bars());
+  float* stats = reinterpret_cast<float*>(base + L.stats());  // [buffer][mean R | rstd R]
+  char* buffers = base + L.buffers();
+  const int64_t step = int64_t(gridDim.x) * R;
+  const int64_t rounds = ceil_div<int64_t>(M, step);
+  const bool warp0 = threadIdx.y == 0 && threadIdx.x < 32;  // R <= 32: a block has at most 32 warps
+
+  // Round k of this block: rows first .. first + R - 1 (those below M), into buffer s = k % B.
+  const auto fetch = [&](int64_t k, int s) {
+    const int64_t first = blockIdx.x * int64_t(R) + k * step;
+    const int valid = int(M - first < 0 ? 0 : (M - first < R ? M - first : R));
+    const uint32_t bytes = uint32_t(valid) * uint32_t(N) * sizeof(T);
+    char* buf = buffers + s * L.stage_bytes();
+    if (threadIdx.x == 0) {
+      bulk::arrive_expect(&bars[s], 2 * bytes);
+      if (bytes) {
+        bulk::copy(buf, x + first * N, bytes, &bars[s]);
+        bulk::copy(buf + L.stage_bytes() / 2, dy + first * N, bytes, &bars[s]);
+      }
+    }
+    if (threadIdx.x < R) {
+      if (threadIdx.x < valid) {
+        bulk::copy4(stats + s * 2 * R + threadIdx.x, mean + first + threadIdx.x);
+        bulk::copy4(stats + s * 2 * R + R + threadIdx.x, rstd + first + threadIdx.x);
+        bulk::arrive_after_copies(&bars[s]);
+      } else {
+        bulk::arrive(&bars[s]);
+      }
+    }
+  };
+  Raw<T, kVec> wv;
+  if (kEarly && c < packs) wv.load(w + c * kVec);
+  if (threadIdx.x == 0 && threadIdx.y == 0) {
+    for (int s = 0; s < B; ++s) bulk::init(&bars[s], 1 + R);  // thread 0's and lanes 0..R-1's arrivals
+    bulk::fence_init();
+  }
+  __syncthreads();
+  if (warp0)
+    for (int k = 0; k < rounds && k < B; ++k) fetch(k, k);
+
+  if (!kEarly && c < packs) wv.load(w + c * kVec);
+  acc_t aw[kVec] = {}, ab[kVec] = {};
+  const acc_t inv_n = acc_t(1) / N;
+  const bool one_warp_rows = blockDim.x == 32;  // then group_sum has no __syncthreads of its own
+  int s = 0;
+  uint32_t parity = 0;  // of buffer s's mbarrier phase: flips each time round k wraps around the ring
+  for (int64_t k = 0; k < (kEarly ? rounds - 1 : rounds); ++k) {
+    bulk::wait(&bars[s], parity);
+    const int64_t row = blockIdx.x * int64_t(R) + k * step + threadIdx.y;
+    const T* xs = reinterpret_cast<const T*>(buffers + s * L.stage_bytes()) + threadIdx.y * N + c * kVec;
+    const T* gs = xs + R * N;
+    // x and grad_y are read from shared memory in both passes (held in registers they would spill).
+    acc_t mu = 0, rs = 0, sums[2] = {0, 0};  // sum of g, sum of g * xhat
+    if (row < M && c < packs) {
+      Raw<T, kVec> xv, gv;
+      xv.load(xs);
+      gv.load(gs);
+      mu = stats[s * 2 * R + threadIdx.y];
+      rs = stats[s * 2 * R + R + threadIdx.y];
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        const acc_t g = gv[j] * wv[j];
+        sums[0] += g;
+        sums[1] += g * (xv[j] - mu) * rs;
+      }
+    }
+    group_sum(sums, red + (k & 1) * 64);
+    if (one_warp_rows) __syncthreads();
+    // Every thread is done with the previous round's buffer (both passes): refill it.
+    if (warp0 && k >= 1 && k - 1 + B < rounds) fetch(k - 1 + B, s == 0 ? B - 1 : s - 1);
+    if (row < M && c < packs) {
+      Raw<T, kVec> xv, gv;
+      xv.load(xs);
+      gv.load(gs);
+      const acc_t mg = sums[0] * inv_n, mgx = sums[1] * inv_n;
+      acc_t out[kVec];
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        const acc_t d = gv[j], xh = (xv[j] - mu) * rs;
+        out[j] = rs * (d * wv[j] - mg - xh * mgx);
+        aw[j] += d * xh;
+        ab[j] += d;
+      }
+      reinterpret_cast<Pack<T, kVec>*>(dx + row * N)[c] = to_pack<T>(out);
+    }
+    if (++s == B) s = 0, parity ^= 1;
+  }
+  static_assert(kVec % 4 == 0, "whole float4s of column sums");
+  const auto put4 = [](float4* to, const acc_t* v) { *to = make_float4(v[0], v[1], v[2], v[3]); };
+  const auto add4 = [](acc_t* v, float4 a) { v[0] += a.x, v[1] += a.y, v[2] += a.z, v[3] += a.w; };
+  // Group 0 adds the other groups' column sums (left in `from` as [R - 1][2][N]) to its own in group
+  // order and writes the block's row of partial sums, all in 16-byte accesses.
+  const auto write_row = [&](const acc_t* from) {
+    if (threadIdx.y == 0 && c < packs) {
+      for (int r = 1; r < R; ++r) {
+        const float4* f = reinterpret_cast<const float4*>(from + (r - 1) * 2 * N + c * kVec);
+#pragma unroll
+        for (int j = 0; j < kVec; j += 4) add4(aw + j, f[j / 4]), add4(ab + j, f[(N + j) / 4]);
+      }
+      float4* pw = reinterpret_cast<float4*>(partials + blockIdx.x * int64_t(N) + c * kVec);
+      float4* pb = reinterpret_cast<float4*>(partials + (gridDim.x + blockIdx.x) * int64_t(N) + c * kVec);
+#pragma unroll
+      for (int j = 0; j < kVec; j += 4) put4(pw + j / 4, aw + j), put4(pb + j / 4, ab + j);
+    }
+  };
+  const auto leave_sums = [&](acc_t* to) {  // groups 1..R-1
+    if (threadIdx.y > 0 && c < packs) {
+      float4* t = reinterpret_cast<float4*>(to + (threadIdx.y - 1) * 2 * N + c * kVec);
+#pragma unroll
+      for (int j = 0; j < kVec; j += 4) put4(t + j / 4, aw + j), put4(t + (N + j) / 4, ab + j);
+    }
+  };
+  acc_t* acc = reinterpret_cast<acc_t*>(buffers);  // the ring, free once every round is done
+  if constexpr (kEarly) {
+    // The last round, peeled: its column sums first, then the block's partial row (the groups' sums meet
+    // in a region of their own, the round still being in the ring), the arrival at the grid barrier, and
+    // only then the round's grad_x, which the barrier's latency hides.
+    const int64_t k = rounds - 1;
+    bulk::wait(&bars[s], parity);
+    const int64_t row = blockIdx.x * int64_t(R) + k * step + threadIdx.y;
+    const T* xs = reinterpret_cast<const T*>(buffers + s * L.stage_bytes()) + threadIdx.y * N + c * kVec;
+    const bool live = row < M && c < packs;
+    acc_t mu = 0, rs = 0, sums[2] = {0, 0};
+    if (live) {
+      Raw<T, kVec> xv, gv;
+      xv.load(xs);
+      gv.load(xs + R * N);
+      mu = stats[s * 2 * R + threadIdx.y];
+      rs = stats[s * 2 * R + R + threadIdx.y];
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        const acc_t d = gv[j], g = d * wv[j], xh = (xv[j] - mu) * rs;
+        sums[0] += g;
+        sums[1] += g * (xv[j] - mu) * rs;
+        aw[j] += d * xh;
+        ab[j] += d;
+      }
+    }
+    acc_t* xch = reinterpret_cast<acc_t*>(base + L.exchange());
+    leave_sums(xch);
+    group_sum(sums, red + (k & 1) * 64);
+    if (one_warp_rows) __syncthreads();
+    write_row(xch);
+    auto grid = cooperative_groups::this_grid();
+#if __CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 2)
+    auto token = grid.barrier_arrive();  // the split grid barrier (cooperative_groups, CUDA 12.2+)
+#endif
+    if (live) {  // x and grad_y again from the ring (held in registers across the exchange they would spill)
+      Raw<T, kVec> xv, gv;
+      xv.load(xs);
+      gv.load(xs + R * N);
+      const acc_t mg = sums[0] * inv_n, mgx = sums[1] * inv_n;
+      acc_t out[kVec];
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        const acc_t d = gv[j], xh = (xv[j] - mu) * rs;
+        out[j] = rs * (d * wv[j] - mg - xh * mgx);
+      }
+      reinterpret_cast<Pack<T, kVec>*>(dx + row * N)[c] = to_pack<T>(out);
+    }
+#if __CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 2)
+    grid.barrier_wait(std::move(token));
+#else
+    grid.sync();  // older toolkits: the same result, without the overlap
+#endif
+  } else {
+    // The block's partial row: groups 1..R-1 leave their column sums in shared memory (the ring is free
+    // now), group 0 adds them to its own in group order and writes the row. Thread c's kVec columns are
+    // contiguous, so one float at a time would hit each bank kVec / 4 times over per warp (8-way for
+    // bf16); whole float4s (put4, add4) do not.
+    if (R > 1) {
+      __syncthreads();
+      leave_sums(acc);
+      __syncthreads();
+    }
+    write_row(acc);
+    cooperative_groups::this_grid().sync();
+  }
+  finish_column_sums(partials, N, dw, db, acc);
+#else
+  __trap();  // never launched: the host checks that this kernel was built for sm_90 or newer
+#endif
+}
+
+// ------------------------------------------------------------------------------------------------
+// Plans and launches
+// ------------------------------------------------------------------------------------------------
+
+// backward_v2_bulk_kernel (sm_90+, float/half/bf16, one 16-byte pack of the row per thread, so rows up to
+// 8192 bf16 or 4096 floats, in R = 1024 / threads groups). No plan (kind 0) elsewhere.
+template <typename T>
+BackwardPlan plan_backward_bulk(int64_t M, int N, bool early) {
+  BackwardPlan plan;
+  constexpr int V = kPack16<T>;
+  if constexpr (sizeof(T) <= 4) {
+    if (device_attribute<cudaDevAttrComputeCapabilityMajor>() < 9 ||
+        device_attribute<cudaDevAttrCooperativeLaunch>() == 0)
+      return plan;
+    auto kernel = early ? backward_v2_bulk_kernel<T, V, true> : backward_v2_bulk_kernel<T, V, false>;
+    cudaFuncAttributes attrs;
+    COURSE_CUDA_CHECK(cudaFuncGetAttributes(&attrs, kernel));
+    if (attrs.ptxVersion < 90) return plan;  // built for an older GPU (its body is a trap)
+    const int threads = row_threads(N / V, 1);
+    if (threads == 0) return plan;
+    const int64_t rows = 1024 / threads < M ? 1024 / threads : M;
+    const size_t smem = BulkLayout<T>{int(rows), N, early}.total_bytes();
+    if (smem > size_t(device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>())) return plan;
+    COURSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    int per_sm = 0;
+    COURSE_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads * int(rows), smem));
+    if (per_sm == 0) return plan;
+    const int64_t want = ceil_div<int64_t>(M, rows), cap = int64_t(per_sm) * num_sms();
+    const int64_t blocks = want < cap ? want : cap;
+    const int64_t rounds = ceil_div<int64_t>(M, rows * blocks);  // as few blocks as give equal rounds
+    plan.blocks = int(ceil_div<int64_t>(M, rows * rounds));
+    plan.block = dim3(threads, unsigned(rows));
+    plan.smem = smem;
+    plan.kind = 4;
+    plan.early = early;
+    plan.packs = 1;
+    plan.fuse = true;
+  }
+  return plan;
+}
+
+}  // namespace
+
+namespace layernorm {
+
+template <typename T>
+bool forward_v3_pipelined(const T* x, const T* w, const T* b, T* y, Acc<T>* mean, Acc<T>* rstd, int64_t M,
+                          int N, Acc<T> eps, cudaStream_t stream, int64_t max_rounds) {
+  // forward v3's widths for 2-byte types (launch_forward_v3 in layernorm.cu): 32 bytes per thread
+  return launch_forward_v3_pipelined<T, kPack16<T>, kFwdBytes / 32>(x, w, b, y, mean, rstd, M, N, eps, stream,
+                                                                    max_rounds);
+}
+
+// The bulk-copy kernels where asked for and they apply (16-byte aligned rows of at most 1024 packs, sm_90+),
+// else the cooperative kernel at backward v2's widths (2-byte types: 16 bytes per thread for rows up to
+// 4096, else 32; float 32), where the GPU has cooperative launch and the row is vectorizable.
+template <typename T>
+BackwardPlan plan_backward_tuned(const T* dy, const T* x, const T* w, const T* dx, int64_t M, int N,
+                                 BackwardKernel kernel) {
+  constexpr int V = kPack16<T>;
+  BackwardPlan plan;
+  if (!vectorizable<T>(N, {dy, x, w, dx})) return plan;
+  const bool bulk = kernel == BackwardKernel::kBulkCopy || kernel == BackwardKernel::kBulkCopySplitBarrier;
+  if (bulk || (kernel == BackwardKernel::kAuto && sizeof(T) == 2)) {
+    plan = plan_backward_bulk<T>(M, N, kernel != BackwardKernel::kBulkCopy);
+    if (plan.kind == 4) return plan;
+  }
+  if (device_attribute<cudaDevAttrCooperativeLaunch>() == 0) return plan;
+  if constexpr (sizeof(T) == 2)
+    if (N <= 4096)
+      plan = plan_backward_rows<T, V, kBwdBytes / 32>(backward_v2_cooperative_kernel<T, V, kBwdBytes / 32>, 1,
+                                                      M, N, true);
+  if (plan.kind == 0)
+    plan = plan_backward_rows<T, V, kBwdBytes / 16>(backward_v2_cooperative_kernel<T, V, kBwdBytes / 16>, 1,
+                                                    M, N, true);
+  return plan;
+}
+
+template <typename T>
+void launch_backward_tuned(const BackwardPlan& plan, const T* dy, const T* x, const Acc<T>* mean,
+                           const Acc<T>* rstd, const T* w, T* dx, Acc<T>* partials, T* dw, T* db, int64_t M,
+                           int N, cudaStream_t stream) {
+  constexpr int V = kPack16<T>;
+  const auto run = [&](auto kernel) {  // cooperative: every block resident at once
+    launch(kernel, dim3(plan.blocks), plan.block, plan.smem, stream, {true, false}, dy, x, mean, rstd, w, dx,
+           partials, dw, db, M, N);
+  };
+  if (plan.kind == 4 && plan.early) run(backward_v2_bulk_kernel<T, V, true>);
+  if (plan.kind == 4 && !plan.early) run(backward_v2_bulk_kernel<T, V, false>);
+  if constexpr (sizeof(T) == 2)
+    if (plan.kind == 1 && plan.packs == kBwdBytes / 32)
+      run(backward_v2_cooperative_kernel<T, V, kBwdBytes / 32>);
+  if (plan.kind == 1 && plan.packs == kBwdBytes / 16)
+    run(backward_v2_cooperative_kernel<T, V, kBwdBytes / 16>);
+  COURSE_LAUNCH_CHECK();
+}
+
+template bool forward_v3_pipelined<__half>(const __half*, const __half*, const __half*, __half*, float*,
+                                           float*, int64_t, int, float, cudaStream_t, int64_t);
+template bool forward_v3_pipelined<__nv_bfloat16>(const __nv_bfloat16*, const __nv_bfloat16*,
+                                                  const __nv_bfloat16*, __nv_bfloat16*, float*, float*,
+                                                  int64_t, int, float, cudaStream_t, int64_t);
+#define INSTANTIATE(T)                                                                               \
+  template BackwardPlan plan_backward_tuned<T>(const T*, const T*, const T*, const T*, int64_t, int, \
+                                               BackwardKernel);                                      \
+  template void launch_backward_tuned<T>(const BackwardPlan&, const T*, const T*, const Acc<T>*,     \
+                                         const Acc<T>*, const T*, T*, Acc<T>*, T*, T*, int64_t, int, \
+                                         cudaStream_t);
+INSTANTIATE(float)
+INSTANTIATE(__half)
+INSTANTIATE(__nv_bfloat16)
+
+}  // namespace layernorm
