@@ -25,7 +25,9 @@ import sysconfig
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-KERNELS = REPO_ROOT / "kernels"
+# The kernel sources the loader builds. COURSE_KERNELS points it at a copy (benchmarks/loader_times.py
+# edits a temporary copy so the tracked files are never touched); read once, at import.
+KERNELS = Path(os.environ.get("COURSE_KERNELS") or REPO_ROOT / "kernels").resolve()
 
 
 def in_colab() -> bool:

@@ -9,6 +9,10 @@ per edit. This loader keeps the design that makes edits cheap:
 * every object file is cached under a hash of its compile command and the content of the source and of
   the course headers it includes, so an edited ``.cu`` (which includes no torch headers) is the only file
   recompiled: about a second of nvcc, then a link;
+* torch's headers are parsed once per machine, not once per op: the first build precompiles them
+  (``PCH_HEADER``, g++ only) into ``<cache>/pch/<key>/``, keyed by compiler, flags, torch and Python
+  version; every ``.cpp`` that includes torch headers is then compiled with ``-include`` of it
+  (``-Winvalid-pch`` says so when a PCH cannot be used; COURSE_PCH=0 turns it off);
 * every linked module is cached under the hash of its objects, so re-running a cell or restarting the
   kernel is an import (well under a second), and undoing an edit finds the old module again;
 * outputs are written to a temporary name and renamed, so an interrupted build leaves nothing half
@@ -64,6 +68,8 @@ class Build:
     seconds: float
     compiled: list[str]  # sources compiled this time (empty: everything came from the cache)
     linked: bool
+    pch: Path | None = None  # the precompiled torch header the glue was compiled with (None: none)
+    pch_built: bool = False  # True when this build precompiled it (the first build on this machine)
 
 
 last_build: Build | None = None
@@ -83,11 +89,23 @@ def _compiler_id(cmd: str) -> str:
     return out.strip().splitlines()[0] if out.strip() else "unknown"
 
 
-def _torch_dirs() -> tuple[Path, Path]:
+def _torch_paths(cuda: bool) -> tuple[list[Path], list[Path]]:
+    """Include and library directories from torch.utils.cpp_extension (torch's, plus the toolkit's for CUDA)."""
+    import logging
+
     import torch
 
-    root = Path(torch.__file__).resolve().parent
-    return root / "include", root / "lib"
+    if not torch.cuda.is_available():  # "No CUDA runtime is found" on import: expected in CPU mode
+        logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+    from torch.utils import cpp_extension
+
+    device = "cpu"
+    if cuda:
+        cpp_extension.CUDA_HOME = str(_require_toolkit().root)  # the toolkit we build with, not its guess
+        device = "cuda"
+    incs = [Path(p) for p in cpp_extension.include_paths(device)]
+    libs = [Path(p) for p in cpp_extension.library_paths(device)]
+    return incs, libs
 
 
 def _cxx() -> str:
@@ -100,23 +118,29 @@ def _include_dirs(extra: list[Path]) -> list[Path]:
     return [*extra, exercise_dir, KERNELS]
 
 
-def _cpp_command(name: str, cuda: bool, includes: list[Path], extra: list[str], debug: bool):
+def _torch_flags(cuda: bool, extra: list[str], debug: bool) -> list[str]:
+    """g++ flags for code that includes torch headers, without the op's name and the course's -I paths:
+    the same for every op, so one precompiled header serves them all."""
     import torch
 
-    inc, _ = _torch_dirs()
-    system = [inc, inc / "torch" / "csrc" / "api" / "include", Path(sysconfig.get_paths()["include"])]
-    defines = [f"-DTORCH_EXTENSION_NAME={name}", "-DTORCH_API_INCLUDE_EXTENSION_H"]
+    system = [*_torch_paths(cuda)[0], Path(sysconfig.get_paths()["include"])]
+    defines = ["-DTORCH_API_INCLUDE_EXTENSION_H"]
     abi = getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", None)
     if abi is not None:
         defines.append(f"-D_GLIBCXX_USE_CXX11_ABI={int(abi)}")
     if cuda:
-        kit = _require_toolkit()
-        system.append(kit.root / "include")
         defines.append("-DWITH_CUDA")
     opt = ["-O0", "-g"] if debug else ["-O3"]
     cmd = [_cxx(), "-fPIC", "-std=c++17", *opt, *defines]
-    cmd += [f"-I{p}" for p in includes] + [x for p in system for x in ("-isystem", str(p))]
-    return cmd + list(extra), f"{_compiler_id(_cxx())} torch {torch.__version__} py {sys.version_info[:2]}"
+    return cmd + [x for p in system for x in ("-isystem", str(p))] + list(extra)
+
+
+def _cpp_command(name: str, cuda: bool, includes: list[Path], extra: list[str], debug: bool):
+    import torch
+
+    flags = _torch_flags(cuda, extra, debug)
+    cmd = [*flags[:1], f"-DTORCH_EXTENSION_NAME={name}", *flags[1:]] + [f"-I{p}" for p in includes]
+    return cmd, f"{_compiler_id(_cxx())} torch {torch.__version__} py {sys.version_info[:2]}"
 
 
 def _nvcc_command(archs: list[str], includes: list[Path], extra: list[str], debug: bool):
@@ -184,6 +208,86 @@ def _digest(*parts) -> str:
         h.update(p if isinstance(p, bytes) else str(p).encode())
         h.update(b"\0")
     return h.hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------------------------------
+# The precompiled torch header: parsed once per machine, shared by every op's .cpp glue
+# --------------------------------------------------------------------------------------------------
+
+# What the ops' .cpp glue includes (kernels/checks.h and the .cpp files). A glue file that includes less
+# still compiles with it; one that includes more parses the rest as usual.
+PCH_HEADER = """\
+// torch_pch.h, written by helpers/loader.py: the torch headers the ops' .cpp glue includes, precompiled
+// once (torch_pch.h.gch beside this file) and put in front of each glue file with -include.
+#include <torch/extension.h>
+#include <ATen/OpMathType.h>
+#include <ATen/Parallel.h>
+#include <torch/autograd.h>
+#ifdef WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+"""
+_TORCH_INCLUDE = re.compile(r"^\s*#\s*include\s*<(?:torch|ATen|c10|pybind11)/", re.M)
+_PCH_NOT_USED = re.compile(r"^.*\.gch.*(?:not used because|not a PCH|Winvalid-pch).*$", re.M)
+
+
+def _includes_torch(deps: list[Path]) -> bool:
+    return any(_TORCH_INCLUDE.search(d.read_text(errors="replace")) for d in deps)
+
+
+def _pch_enabled() -> bool:
+    """g++ only (clang reads a different format); COURSE_PCH=0 turns it off."""
+    if os.environ.get("COURSE_PCH", "1").lower() in ("0", "false", "no"):
+        return False
+    ident = _compiler_id(_cxx()).lower()
+    return ident not in ("missing", "unknown") and "clang" not in ident
+
+
+def _pch_header(flags: list[str]) -> Path:
+    """Where the precompiled header for these exact flags lives (nothing is built here): its key covers
+    the compiler, the flags, torch and Python versions and the header's text, and it is part of the
+    glue's compile command, so of its object's hash."""
+    import torch
+
+    ident = f"{_compiler_id(_cxx())} torch {torch.__version__} py {sys.version_info[:3]}"
+    key = _digest(ident, shlex.join(flags), PCH_HEADER)
+    return _env.cache_root() / "pch" / key / "torch_pch.h"
+
+
+def _pch_command(header: Path, flags: list[str], out: Path) -> list[str]:
+    return [*flags, "-x", "c++-header", str(header), "-o", str(out)]
+
+
+def _ensure_pch(header: Path, flags: list[str]) -> str:
+    """Build `header`.gch once (a lock, then an atomic rename, so concurrent builds wait and then reuse
+    it): "built", "cached", or "failed" when it cannot be built (the glue then compiles without it)."""
+    gch = header.with_name(header.name + ".gch")
+    failed = header.with_name("FAILED.txt")
+    if gch.exists():
+        return "cached"
+    if failed.exists():
+        return "failed"
+    header.parent.mkdir(parents=True, exist_ok=True)
+    with _Lock(header.with_name("lock")):
+        if gch.exists():
+            return "cached"
+        if failed.exists():
+            return "failed"
+        if not header.exists():
+            _atomic(header, lambda tmp: tmp.write_text(PCH_HEADER))
+        try:
+            with _Progress("Precompiling torch's headers (once per machine: later ops compile faster)"):
+                _atomic(gch, lambda tmp: _run(_pch_command(header, flags, tmp), "precompiling torch's headers"))
+        except BuildError as e:
+            failed.write_text(f"{e}\n\n{e.log}")
+            print(
+                f"Could not precompile torch's headers ({failed}); compiling without. "
+                f"Delete {header.parent} to try again.",
+                flush=True,
+            )
+            return "failed"
+    return "built"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -304,11 +408,12 @@ def format_errors(log: str, limit: int = 3) -> str:
     return "\n".join(out)
 
 
-def _run(cmd: list[str], what: str) -> None:
+def _run(cmd: list[str], what: str) -> str:
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         log = f"$ {shlex.join(cmd)}\n{proc.stdout}{proc.stderr}"
         raise BuildError(f"{what} failed:\n{format_errors(proc.stdout + proc.stderr)}", log)
+    return proc.stdout + proc.stderr
 
 
 def _atomic(target: Path, build) -> None:
@@ -376,6 +481,9 @@ def load(
     jobs = []  # (source, command, object path)
     build_dir = _env.cache_root() / name
     (build_dir / "obj").mkdir(parents=True, exist_ok=True)
+    torch_flags = _torch_flags(cuda, list(extra_cflags), debug) if cpp else []
+    pch = _pch_header(torch_flags) if cpp and _pch_enabled() else None
+    use_pch = ["-Winvalid-pch", "-include", str(pch)]
     for group, (cmd, ident) in (
         (cpp, _cpp_command(name, cuda, includes, list(extra_cflags), debug)),
         (
@@ -385,16 +493,17 @@ def load(
     ):
         for s in group:
             deps = _local_deps(s.resolve(), includes)
-            h = _digest(ident, shlex.join(cmd), *[f"{d}\n".encode() + d.read_bytes() for d in deps])
-            jobs.append((s, cmd, build_dir / "obj" / f"{s.stem}.{h}.o"))
+            c = [*cmd, *use_pch] if pch and s.suffix != ".cu" and _includes_torch(deps) else cmd
+            h = _digest(ident, shlex.join(c), *[f"{d}\n".encode() + d.read_bytes() for d in deps])
+            jobs.append((s, c, build_dir / "obj" / f"{s.stem}.{h}.o"))
 
     import torch
 
-    _, torch_lib = _torch_dirs()
+    torch_lib, *more_libs = _torch_paths(cuda)[1]
     link = [
         _cxx(),
         "-shared",
-        f"-L{torch_lib}",
+        *[f"-L{p}" for p in (torch_lib, *more_libs)],
         f"-Wl,-rpath,{torch_lib}",
         "-lc10",
         "-ltorch",
@@ -408,10 +517,15 @@ def load(
     so = build_dir / f"{name}.{_digest(torch.__version__, shlex.join(link), *[j[2].name for j in jobs])}.so"
 
     todo = [j for j in jobs if not j[2].exists()]
-    linked = False
+    linked = pch_built = False
     if todo or not so.exists():
         with _Lock(build_dir / "lock"):
             todo = [j for j in jobs if not j[2].exists()]  # another process may have built them meanwhile
+            if pch and any(c[-3:] == use_pch for _, c, _ in todo):
+                state = _ensure_pch(pch, torch_flags)
+                pch_built = state == "built"
+                if state == "failed":  # compile as before (same code), into the same object files
+                    todo = [(s, c[:-3] if c[-3:] == use_pch else c, o) for s, c, o in todo]
             if todo or not so.exists():
                 what = ", ".join(s.name for s, _, _ in todo) or "link only"
                 arch_note = (
@@ -426,7 +540,8 @@ def load(
                         _atomic(so, lambda tmp: _run([*link[:2], *objs, "-o", str(tmp), *link[2:]], "linking"))
                         linked = True
     module = _import(name, so)
-    last_build = Build(name, so, time.time() - t0, [s.name for s, _, _ in todo], linked)
+    with_pch = pch if pch and any(c[-3:] == use_pch for _, c, _ in todo or jobs) else None
+    last_build = Build(name, so, time.time() - t0, [s.name for s, _, _ in todo], linked, with_pch, pch_built)
     if verbose:
         print(f"{name}: {so} ({last_build.seconds:.2f} s, compiled {last_build.compiled or 'nothing'})")
     return module
@@ -438,7 +553,10 @@ def _compile_all(todo, verbose: bool) -> None:
         full = lambda tmp: [*cmd, "-c", str(src), "-o", str(tmp)]  # noqa: E731
         if verbose:
             print("\n$ " + shlex.join(full(obj)))
-        _atomic(obj, lambda tmp: _run(full(tmp), f"compiling {_rel(str(src))}"))
+        out = []
+        _atomic(obj, lambda tmp: out.append(_run(full(tmp), f"compiling {_rel(str(src))}")))
+        for line in _PCH_NOT_USED.findall("".join(out))[:1]:  # -Winvalid-pch: say so, the build still works
+            print(f"\nnote: {src.name} was compiled without the precompiled torch header: {line.strip()}")
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 1))) as pool:
         futures = [pool.submit(one, j) for j in todo]

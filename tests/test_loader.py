@@ -2,11 +2,18 @@
 C++ file that the tests edit, as a learner edits a kernel."""
 
 import os
+import re
 import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from helpers import loader
+
+ROOT = Path(__file__).resolve().parent.parent
 
 BINDING = """#include <torch/extension.h>
 int value();
@@ -20,13 +27,11 @@ def ext_dir(tmp_path_factory):
     (d / "binding.cpp").write_text(BINDING)
     (d / "val.h").write_text("#define BASE 0\n")
     (d / "value.cpp").write_text('#include "val.h"\nint value() { return BASE + 1; }\n')
-    old = os.environ.get("COURSE_CACHE")
-    os.environ["COURSE_CACHE"] = str(d / "cache")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("COURSE_CACHE", str(d / "cache"))
+    mp.setenv("COURSE_PCH", "0")  # the caching rules, on their own; the PCH has its own tests below
     yield d
-    if old is None:
-        os.environ.pop("COURSE_CACHE")
-    else:
-        os.environ["COURSE_CACHE"] = old
+    mp.undo()
 
 
 def build(d):
@@ -101,3 +106,118 @@ def test_format_errors_reads_nvcc_and_gcc_styles(tmp_path):
     log = f"{src}:3:6: error: expected ';'\n"
     out = loader.format_errors(log)
     assert "k.cu:3: error: expected ';'" in out and "line three" in out and "     ^" in out
+
+
+# --------------------------------------------------------------------------------------------------
+# The precompiled torch header. A small stand-in (pybind11 only) keeps these tests to seconds; the real
+# one is the same code path with PCH_HEADER's torch headers.
+# --------------------------------------------------------------------------------------------------
+
+SMALL_PCH = "#include <pybind11/pybind11.h>\n"
+GLUE = """#include <pybind11/pybind11.h>
+int value();
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("value", &value); }
+"""
+
+
+@pytest.fixture
+def pch_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("COURSE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("COURSE_PCH", raising=False)
+    monkeypatch.setattr(loader, "PCH_HEADER", SMALL_PCH)
+    for op in ("one", "two"):
+        (tmp_path / f"{op}.cpp").write_text(GLUE)
+        (tmp_path / f"{op}_value.cpp").write_text(f"int value() {{ return {len(op)}; }}\n")
+    return tmp_path
+
+
+def load_toy(d, op):
+    return loader.load(op, [d / f"{op}.cpp", d / f"{op}_value.cpp"], cuda=False)
+
+
+def precompiled(out: str) -> int:
+    return len(re.findall(r"Precompiling.* done in", out))
+
+
+needs_gcc = pytest.mark.skipif(not loader._pch_enabled(), reason="precompiled headers are used with g++ only")
+
+
+@needs_gcc
+def test_pch_is_built_once_and_reused_by_a_second_op(pch_dir, capsys):
+    assert load_toy(pch_dir, "one").value() == 3
+    first = loader.last_build
+    assert first.pch_built and first.pch is not None
+    gch = first.pch.with_name("torch_pch.h.gch")
+    stamp = gch.stat().st_mtime_ns
+    assert load_toy(pch_dir, "two").value() == 3
+    second = loader.last_build
+    assert second.pch == first.pch and not second.pch_built and gch.stat().st_mtime_ns == stamp
+    assert sorted(second.compiled) == ["two.cpp", "two_value.cpp"]
+    out = capsys.readouterr().out
+    assert precompiled(out) == 1 and "without the precompiled" not in out
+
+
+@needs_gcc
+def test_the_pch_is_part_of_the_glues_object_hash(pch_dir, monkeypatch):
+    load_toy(pch_dir, "one")
+    old = loader.last_build.pch
+    monkeypatch.setattr(loader, "PCH_HEADER", SMALL_PCH + "#include <vector>\n")
+    load_toy(pch_dir, "one")
+    assert loader.last_build.pch != old and loader.last_build.pch_built
+    assert loader.last_build.compiled == ["one.cpp"]  # the torch-free file is not compiled with it
+
+
+@needs_gcc
+def test_a_stale_pch_is_reported_and_does_not_break_the_build(pch_dir, capsys):
+    load_toy(pch_dir, "one")
+    gch = loader.last_build.pch.with_name("torch_pch.h.gch")
+    gch.write_bytes(b"not a precompiled header")  # e.g. left by another compiler version
+    assert load_toy(pch_dir, "two").value() == 3
+    assert "compiled without the precompiled torch header" in capsys.readouterr().out
+
+
+@needs_gcc
+def test_a_pch_that_cannot_be_built_falls_back_to_the_plain_compile(pch_dir, monkeypatch, capsys):
+    monkeypatch.setattr(loader, "PCH_HEADER", SMALL_PCH + "#error this header cannot be precompiled\n")
+    assert load_toy(pch_dir, "one").value() == 3
+    assert loader.last_build.pch is None
+    assert "Could not precompile" in capsys.readouterr().out
+    assert load_toy(pch_dir, "two").value() == 3  # the failure is remembered: no second attempt
+    assert "Could not precompile" not in capsys.readouterr().out
+
+
+@needs_gcc
+def test_a_second_process_waits_for_the_pch_lock(pch_dir):
+    header = loader._pch_header(loader._torch_flags(False, [], False))
+    header.parent.mkdir(parents=True)
+    lock = header.with_name("lock")
+    lock.write_text(f"{socket.gethostname()} {os.getpid()} 0")  # held by this (live) process
+    script = (
+        "import sys; from pathlib import Path; from helpers import loader;"
+        f"loader.PCH_HEADER = {SMALL_PCH!r}; d = Path({str(pch_dir)!r});"
+        "m = loader.load('one', [d / 'one.cpp', d / 'one_value.cpp'], cuda=False); print('value', m.value())"
+    )
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+    time.sleep(3)
+    assert proc.poll() is None, proc.communicate()[0]  # still waiting
+    lock.unlink()
+    out = proc.communicate(timeout=300)[0]
+    assert proc.returncode == 0 and "value 3" in out
+    assert "Waiting for another build" in out and precompiled(out) == 1
+
+
+@needs_gcc
+def test_concurrent_builds_of_two_ops_precompile_once(pch_dir):
+    script = (
+        "import sys; from pathlib import Path; from helpers import loader;"
+        f"loader.PCH_HEADER = {SMALL_PCH!r}; d = Path({str(pch_dir)!r}); op = sys.argv[1];"
+        "m = loader.load(op, [d / f'{op}.cpp', d / f'{op}_value.cpp'], cuda=False); print('value', m.value())"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script, op], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        for op in ("one", "two")
+    ]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert all(p.returncode == 0 and "value 3" in o for p, o in zip(procs, outs)), outs
+    assert sum(precompiled(o) for o in outs) == 1, outs
