@@ -213,3 +213,15 @@ def parts(device=None) -> list[torch.device]:
     if device is not None:
         return [torch.device(device)]
     return [torch.device("cpu")] + ([torch.device("cuda")] if env.cuda_mode() else [])
+
+
+def fail(name: str, where: str, message: str, *, hint: str = "", seed: int | None = None, why: str = "") -> None:
+    """For checks that compare something other than tensors (an error message, say): report a failed case the
+    way run() does, raising AssertionError "NAME: not yet. WHERE: ..." with the reason, hint and seed."""
+    _fail(name, where, AssertionError(message), hint, new_seed(seed), why)
+
+
+def passed_now(name: str, message: str) -> None:
+    """For such checks: record that `name` passed and print its one line."""
+    _results[name] = True
+    print(f"✅ {name}: {message}")

@@ -5,14 +5,7 @@
 #pragma once
 
 #include "common.h"
-
-// What backward reads to know where relu let the gradient through (relu'(z) = 1 where z > 0, else 0).
-enum class Saved {
-  kInput,   // x (and bias): recompute z = x * scale + bias
-  kOutput,  // y = relu(z): z > 0 exactly where y > 0
-  kMask,    // a 1-byte mask (a bool tensor) written by forward
-  kBits,    // a bit mask written by forward v3: bit e % 32 of 32-bit word e / 32 for flat element e
-};
+#include "fused_bias_relu_cpu.h"  // Saved
 
 template <typename T>
 void fbr_forward_v1(const T* x, const T* bias, Acc<T> scale, T* y, int64_t rows, int64_t cols,
@@ -39,3 +32,9 @@ template <typename T>
 void fbr_backward(const T* grad_y, const void* saved, Saved kind, const T* bias, Acc<T> scale, T* grad_x,
                   Acc<T>* partials, T* grad_bias, int64_t rows, int64_t cols, int version,
                   cudaStream_t stream);
+
+// Backward v3's grad_bias (yours: kernels/exercises/bias_grad.cuh Part 2, fused_bias_relu.exercises.cu):
+// grad_bias[c] = the sum over rows of grad_y where y > 0, one thread per column.
+template <typename T>
+void fbr_bias_grad_v3(const T* grad_y, const T* y, T* grad_bias, int64_t rows, int64_t cols,
+                      cudaStream_t stream);
