@@ -279,7 +279,7 @@ std::vector<at::Tensor> backward_from(const at::Tensor& grad_y_in, const at::Ten
 // ------------------------------------------------------------------------------------------------
 
 at::Tensor forward(const at::Tensor& x_in, const at::Tensor& bias_in, double scale, int64_t version) {
-  TORCH_CHECK_VALUE(version >= 1 && version <= 3, "version must be 1, 2 or 3, got ", std::to_string(version));
+  check_version(version, 3);
   check_bias(x_in, bias_in);
   const at::Tensor x = x_in.contiguous(), bias = bias_in.contiguous();
   at::Tensor y = at::empty_like(x);

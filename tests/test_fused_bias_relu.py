@@ -259,8 +259,16 @@ def test_empty_input_gives_empty_result(ext, device, shape):
 @pytest.mark.parametrize(
     "make, exc, words",
     [
-        (lambda d: (torch.ones(2, 3, device=d), torch.ones(4, device=d)), ValueError, "bias must have shape [3]"),
-        (lambda d: (torch.ones(2, 3, device=d), torch.ones(1, 3, device=d)), ValueError, "bias must have shape [3]"),
+        (
+            lambda d: (torch.ones(2, 3, device=d), torch.ones(4, device=d)),
+            ValueError,
+            "bias must have shape [C] = [3] to match x's last dimension, got [4]",
+        ),
+        (
+            lambda d: (torch.ones(2, 3, device=d), torch.ones(1, 3, device=d)),
+            ValueError,
+            "bias must have shape [C] = [3] to match x's last dimension, got [1, 3]",
+        ),
         (
             lambda d: (torch.ones(2, 3, device=d), torch.ones(3, device="meta")),
             RuntimeError,
@@ -304,12 +312,29 @@ def test_bad_backward_input_names_the_argument(ext, device):
         ext.backward_from_mask(x, torch.ones(2, device=device, dtype=torch.int32))
     with pytest.raises(RuntimeError, match="mask must be on the same device as grad_y"):
         ext.backward_from_mask(x, torch.ones(2, 3, device="meta", dtype=torch.bool))
-    with pytest.raises(ValueError, match="version must be 1, 2 or 3"):
+    with pytest.raises(ValueError, match="version must be between 1 and 3, got 4"):
         ext.forward(x, b, 1.0, 4)
-    with pytest.raises(ValueError, match="version must be 1 or 2"):
+    with pytest.raises(ValueError, match="version must be between 1 and 3, got 4"):
+        ext.backward(x, x, b, 1.0, True, 4)
+    with pytest.raises(ValueError, match="backward version 3 .* reads relu' from y"):
         ext.backward(x, x, b, 1.0, True, 3)
     with pytest.raises(ValueError, match="save must be one of"):
         fbr.fused_bias_relu(x, b, save="nothing")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 5), (300, 20), (4097, 33), (2, 3, 257)])
+def test_backward_v3_one_thread_per_column_matches_v2(ext, device, dtype, shape):
+    """Backward v3 (lesson 02's bias_grad exercise, here its solution): grad_x as v1/v2 (the same kernel, the
+    same bits), grad_bias the float64 sum rounded once."""
+    x, b, g = inputs(shape, dtype, device)
+    y = ext.forward(x, b, SCALE)
+    with check.poisoned():
+        gx, gb = ext.backward_from_mask(g, y, SCALE, True, 3)
+    assert torch.equal(gx, ext.backward_from_mask(g, y, SCALE, False, 2)[0])
+    want = (g.double() * (y.double() > 0)).reshape(-1, shape[-1]).sum(0).to(dtype)
+    check.assert_close(gb, want, **({} if dtype != torch.float32 else bias_tol(x)))
+    assert ext.backward_from_mask(g, y, SCALE, False, 3)[1] is None
 
 
 def test_bias_grad_does_not_depend_on_the_number_of_cpu_threads(ext):
