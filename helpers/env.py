@@ -7,6 +7,10 @@ The CUDA toolkit (nvcc and headers) must match the CUDA that torch was built wit
 errors that are hard to read. ``find_toolkit`` looks for one ($CUDA_HOME, nvcc on PATH, /usr/local/cuda,
 NVIDIA's pip wheels in this environment) and ``ensure_toolkit`` installs the pip wheels when none matches:
 ``python -m helpers.env --ensure-nvcc`` (the Makefile's set-up runs it).
+
+Environment variables: COURSE_DEVICE=cpu (CPU mode on a GPU machine), COURSE_SOLUTIONS=1 (load the exercise
+solutions), COURSE_CACHE (the build cache), COURSE_KERNELS (build from a copy of kernels/: the benchmarks
+edit one), COURSE_PCH=0 (no precompiled torch header; see helpers/loader.py).
 """
 
 from __future__ import annotations

@@ -1,3 +1,6 @@
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from helpers import env
@@ -32,3 +35,15 @@ def test_solutions_switch(monkeypatch):
     assert env.bootstrap(quiet=True).solutions is False
     assert env.bootstrap(solutions=True, quiet=True).solutions is True
     monkeypatch.setenv("COURSE_SOLUTIONS", "0")
+
+
+def test_course_kernels_points_the_loader_at_a_copy(tmp_path):
+    """benchmarks/loader_times.py edits a copy of kernels/ this way; the tracked files are never touched."""
+    code = "from helpers import env; print(env.KERNELS)"
+    run = dict(cwd=env.REPO_ROOT, capture_output=True, text=True, check=True)
+    moved = subprocess.run([sys.executable, "-c", code], env={**os.environ, "COURSE_KERNELS": str(tmp_path)}, **run)
+    assert moved.stdout.strip() == str(tmp_path.resolve())
+    plain = {k: v for k, v in os.environ.items() if k != "COURSE_KERNELS"}
+    assert subprocess.run([sys.executable, "-c", code], env=plain, **run).stdout.strip() == str(
+        env.REPO_ROOT / "kernels"
+    )
