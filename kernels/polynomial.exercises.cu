@@ -6,12 +6,12 @@
 #include "polynomial_forward.cuh"
 
 namespace {
-constexpr int kThreads = 256;  // threads per block; the grid covers n elements with ceil_div(n, 256) blocks
+constexpr int kV1Threads = 256;  // threads per block: ceil_div(n, 256) blocks cover n elements
 }  // namespace
 
 template <typename T>
 void poly_forward_v1(const T* x, const Acc<T>* coeffs, T* y, int64_t n, cudaStream_t stream) {
-  poly_forward_v1_kernel<T><<<ceil_div<int64_t>(n, kThreads), kThreads, 0, stream>>>(x, coeffs, y, n);
+  poly_forward_v1_kernel<T><<<ceil_div<int64_t>(n, kV1Threads), kV1Threads, 0, stream>>>(x, coeffs, y, n);
   COURSE_LAUNCH_CHECK();
 }
 
@@ -19,14 +19,14 @@ template <typename T>
 void poly_backward_v1(const T* grad_y, const T* x, const Acc<T>* coeffs, T* grad_x, int64_t n,
                       cudaStream_t stream) {
   poly_backward_v1_kernel<T>
-      <<<ceil_div<int64_t>(n, kThreads), kThreads, 0, stream>>>(grad_y, x, coeffs, grad_x, n);
+      <<<ceil_div<int64_t>(n, kV1Threads), kV1Threads, 0, stream>>>(grad_y, x, coeffs, grad_x, n);
   COURSE_LAUNCH_CHECK();
 }
 
-#define INSTANTIATE(T)                                                                  \
+#define INSTANTIATE_V1(T)                                                               \
   template void poly_forward_v1<T>(const T*, const Acc<T>*, T*, int64_t, cudaStream_t); \
   template void poly_backward_v1<T>(const T*, const T*, const Acc<T>*, T*, int64_t, cudaStream_t);
-INSTANTIATE(float)
-INSTANTIATE(double)
-INSTANTIATE(__half)
-INSTANTIATE(__nv_bfloat16)
+INSTANTIATE_V1(float)
+INSTANTIATE_V1(double)
+INSTANTIATE_V1(__half)
+INSTANTIATE_V1(__nv_bfloat16)

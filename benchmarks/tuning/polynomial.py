@@ -1,5 +1,7 @@
-"""Lesson 01 kernels alone: forward v2, backward v2 with and without the coefficient reductions, and the
-exercise's backward v1, as % of a same-size copy. python3 -m benchmarks.tuning.polynomial"""
+"""Lesson 01 kernels alone: forward v1 and v2, backward v1 (grad_x) and v2 with and without the coefficient
+reductions, as % of a same-size copy; v1 forward and backward are the exercises, built from their solutions.
+
+    python3 -m benchmarks.tuning.polynomial"""
 
 import os
 
@@ -15,6 +17,7 @@ for dtype in (torch.float32, torch.bfloat16):
         x = torch.randn(shape, device="cuda", dtype=dtype)
         g = torch.randn_like(x)
         fns = {
+            "fwd v1": lambda: ext.forward(x, c, 1),
             "fwd v2": lambda: ext.forward(x, c, 2),
             "bwd v2 gx only": lambda: ext.backward(g, x, c, False, 2),
             "bwd v2 +coeffs": lambda: ext.backward(g, x, c, True, 2),
