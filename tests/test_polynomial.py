@@ -51,6 +51,17 @@ def test_backward_matches_autograd(ext, device, dtype, shape):
     check.assert_close(gc, cd.grad.to(acc), name="grad_coeffs", **tol)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_cpu_version_1_of_half_types_goes_through_float_with_the_same_bits(ext, dtype):
+    """The exercises' CPU parts are written for float and double; the glue converts half and bfloat16 to float
+    around them, which gives the bits of the given version 2 (which computes in float from the half values)."""
+    x = torch.randn(4097).to(dtype)
+    g = torch.randn(4097).to(dtype)
+    c = torch.tensor(COEFFS)
+    assert torch.equal(ext.forward(x, c, 1), ext.forward(x, c, 2))
+    assert torch.equal(ext.backward(g, x, c, False, 1)[0], ext.backward(g, x, c, False, 2)[0])
+
+
 @pytest.mark.parametrize("op", [poly.polynomial, poly.polynomial_python], ids=["cpp_autograd", "python_autograd"])
 def test_gradcheck(device, op):
     x = torch.randn(37, device=device, dtype=torch.float64, requires_grad=True)
