@@ -150,15 +150,19 @@ def table(rows: list[dict], baseline: str | tuple[str, ...] | None = None, impls
         return tuple(_text(r.get(k)) for k in ("op", "shape", "dtype"))
 
     base = {(key(r), r["impl"]): r["ms"] for r in rows if r["impl"] in baselines}
-    head = f"{'op':<18}{'shape':<16}{'dtype':<10}{'impl':<24}{'ms':>9}{'GB/s':>9}{'% copy':>8}"
-    out = [head + "".join(f"{'x ' + b:>16}" for b in baselines)]
-    for r in rows:
-        if impls is not None and r["impl"] not in impls:
-            continue
+    shown = [r for r in rows if impls is None or r["impl"] in impls]
+    w_op, w_shape, w_dtype = (
+        max([len(h), *(len(key(r)[i]) for r in shown)]) + 2 for i, h in enumerate(("op", "shape", "dtype"))
+    )
+    w_impl = max([4, *(len(r["impl"]) for r in shown)]) + 2
+    head = f"{'op':<{w_op}}{'shape':<{w_shape}}{'dtype':<{w_dtype}}{'impl':<{w_impl}}{'ms':>9}{'GB/s':>9}{'% copy':>8}"
+    out = [head + "".join(f"{'x ' + b:>{len(b) + 4}}" for b in baselines)]
+    for r in shown:
         op, shape, dtype = key(r)
-        line = f"{op:<18}{shape:<16}{dtype:<10}{r['impl']:<24}{r['ms']:>9.4f}{r['gbps']:>9.0f}{r['pct_copy']:>7.1f}%"
+        line = f"{op:<{w_op}}{shape:<{w_shape}}{dtype:<{w_dtype}}{r['impl']:<{w_impl}}"
+        line += f"{r['ms']:>9.4f}{r['gbps']:>9.0f}{r['pct_copy']:>7.1f}%"
         for b in baselines:
             ms = base.get((key(r), b))
-            line += f"{ms / r['ms']:>15.2f}x" if ms else f"{'':>16}"
+            line += f"{ms / r['ms']:>{len(b) + 3}.2f}x" if ms else " " * (len(b) + 4)
         out.append(line)
     return "\n".join(out)
