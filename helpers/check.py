@@ -69,7 +69,8 @@ def _report(generated: str, actual, expected, *, name, rtol=0.0, atol=0.0, equal
             f"  {unwritten} element(s) are NaN: outputs are poisoned with NaN before the kernel runs, "
             "so these were probably never written (grid too small? missing tail? early return?)."
         )
-    return "\n".join(lines + ["  " + line for line in generated.splitlines() if line.strip()])
+    torch_says = [line for line in generated.splitlines() if line.strip()]
+    return "\n".join(lines + ["  torch.testing.assert_close: " + torch_says[0]] + ["    " + t for t in torch_says[1:]])
 
 
 @contextlib.contextmanager
