@@ -47,12 +47,11 @@ def assert_close(
 def _report(generated: str, actual, expected, *, name, rtol=0.0, atol=0.0, equal_nan=False) -> str:
     """`name: ` + torch's message; for values that differ, our summary first (count, first mismatch, the
     NaN hint), then torch's (greatest absolute and relative difference)."""
-    same_meta = isinstance(expected, torch.Tensor) and (actual.shape, actual.dtype, actual.device) == (
-        expected.shape,
-        expected.dtype,
-        expected.device,
-    )
-    if not same_meta:
+
+    def meta(t):
+        return t.shape, t.dtype, t.device
+
+    if not isinstance(expected, torch.Tensor) or meta(actual) != meta(expected):
         return f"{name}: {generated}"
     a, e = actual.detach().double().cpu(), expected.detach().double().cpu()
     bad = ~torch.isclose(a, e, rtol=rtol, atol=atol, equal_nan=equal_nan)
@@ -70,7 +69,8 @@ def _report(generated: str, actual, expected, *, name, rtol=0.0, atol=0.0, equal
             "so these were probably never written (grid too small? missing tail? early return?)."
         )
     torch_says = [line for line in generated.splitlines() if line.strip()]
-    return "\n".join(lines + ["  torch.testing.assert_close: " + torch_says[0]] + ["    " + t for t in torch_says[1:]])
+    lines += [f"  torch.testing.assert_close: {t}" for t in torch_says[:1]] + [f"    {t}" for t in torch_says[1:]]
+    return "\n".join(lines)
 
 
 @contextlib.contextmanager
