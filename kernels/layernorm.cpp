@@ -31,9 +31,6 @@
 #include "layernorm_cpu.h"
 
 #ifdef WITH_CUDA
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-
 #include "layernorm.h"
 #endif
 
@@ -267,15 +264,14 @@ std::vector<at::Tensor> forward(const at::Tensor& x_in, const at::Tensor& weight
     }
 #ifdef WITH_CUDA
     using cuda_t = typename CudaType<scalar_t>::type;
-    const c10::cuda::CUDAGuard guard(x.device());
-    const auto stream = c10::cuda::getCurrentCUDAStream().stream();
+    const OnDevice on(x);
     const cuda_t *xp = cuda_ptr<scalar_t>(x), *wp = cuda_ptr<scalar_t>(w), *bp = cuda_ptr<scalar_t>(b);
     cuda_t* yp = cuda_ptr<scalar_t>(y);
     acc_t *mp = mean.data_ptr<acc_t>(), *rp = rstd.data_ptr<acc_t>();
     const auto e = static_cast<acc_t>(eps);
-    if (version == 1) layernorm_forward_v1<cuda_t>(xp, wp, bp, yp, mp, rp, M, int(N), e, stream);
-    if (version == 2) layernorm_forward_v2<cuda_t>(xp, wp, bp, yp, mp, rp, M, int(N), e, stream);
-    if (version == 3) layernorm_forward_v3<cuda_t>(xp, wp, bp, yp, mp, rp, M, int(N), e, stream, kernel);
+    if (version == 1) layernorm_forward_v1<cuda_t>(xp, wp, bp, yp, mp, rp, M, int(N), e, on.stream);
+    if (version == 2) layernorm_forward_v2<cuda_t>(xp, wp, bp, yp, mp, rp, M, int(N), e, on.stream);
+    if (version == 3) layernorm_forward_v3<cuda_t>(xp, wp, bp, yp, mp, rp, M, int(N), e, on.stream, kernel);
 #endif
   });
   return {y, mean, rstd};
@@ -318,21 +314,20 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_y_in, const at::Tensor& 
     }
 #ifdef WITH_CUDA
     using cuda_t = typename CudaType<scalar_t>::type;
-    const c10::cuda::CUDAGuard guard(x.device());
-    const auto stream = c10::cuda::getCurrentCUDAStream().stream();
+    const OnDevice on(x);
     const cuda_t *gy = cuda_ptr<scalar_t>(grad_y), *xp = cuda_ptr<scalar_t>(x), *wp = cuda_ptr<scalar_t>(w);
     cuda_t* gx = cuda_ptr<scalar_t>(grad_x);
     if (version == 1) {
       layernorm_backward_v1<cuda_t>(gy, xp, mean.data_ptr<acc_t>(), rstd.data_ptr<acc_t>(), wp, gx,
                                     cuda_ptr<scalar_t>(grad_w), cuda_ptr<scalar_t>(grad_b), M, int(N),
-                                    stream);
+                                    on.stream);
       return;
     }
     at::Tensor workspace = at::empty(
         {layernorm_backward_v2_workspace<cuda_t>(gy, xp, wp, gx, M, int(N), kernel)}, mean.options());
     layernorm_backward_v2<cuda_t>(gy, xp, mean.data_ptr<acc_t>(), rstd.data_ptr<acc_t>(), wp, gx,
                                   cuda_ptr<scalar_t>(grad_w), cuda_ptr<scalar_t>(grad_b),
-                                  workspace.data_ptr<acc_t>(), M, int(N), stream, kernel);
+                                  workspace.data_ptr<acc_t>(), M, int(N), on.stream, kernel);
 #endif
   });
   return {grad_x, grad_w, grad_b};

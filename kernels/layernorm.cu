@@ -31,8 +31,8 @@
 // Unaligned pointers, or N not a multiple of the pack width, run the same kernels with one value per
 // pack. Everything is computed in Acc<T> (float, double for double inputs) and stored as T.
 // The tuning past v3 and v2 (rows pipelined by cp.async, one backward kernel ending in a grid barrier, TMA
-// bulk copies) is in layernorm.hopper.cu, explained in notebooks/03b_layernorm_hopper.ipynb; ForwardKernel
-// and BackwardKernel::kAuto (layernorm_choices.h) run it where it is faster.
+// bulk copies) is in layernorm.hopper.cu, explained in notebooks/03b_layernorm_hopper.ipynb; the default
+// choice, kAuto (layernorm_choices.h), runs it where it is faster.
 #include "layernorm_common.cuh"
 
 using namespace layernorm;

@@ -235,18 +235,22 @@ __device__ __forceinline__ Acc<T>* backward_v2_rows(const T* __restrict__ dy, co
   const int packs = N / kVec, R = blockDim.y;
   const acc_t inv_n = acc_t(1) / N;
 
-  // weight is read again for every row (L1 hits), which leaves the registers to x and grad_y.
+  // f(p, c) for each pack p of this thread's share of a row: column pack c, if the row has it.
+  const auto each_pack = [&](auto&& f) {
 #pragma unroll
-  for (int p = 0; p < kPacks; ++p) {
-    const int c = threadIdx.x + p * blockDim.x;
-    if (c < packs) {
-#pragma unroll
-      for (int k = 0; k < kVec; k += C) {
-        reinterpret_cast<A*>(acc_w + c * kVec + k)[0] = A{};
-        reinterpret_cast<A*>(acc_b + c * kVec + k)[0] = A{};
-      }
+    for (int p = 0; p < kPacks; ++p) {
+      const int c = threadIdx.x + p * blockDim.x;
+      if (c < packs) f(p, c);
     }
-  }
+  };
+  // weight is read again for every row (L1 hits), which leaves the registers to x and grad_y.
+  each_pack([&](int, int c) {
+#pragma unroll
+    for (int k = 0; k < kVec; k += C) {
+      reinterpret_cast<A*>(acc_w + c * kVec + k)[0] = A{};
+      reinterpret_cast<A*>(acc_b + c * kVec + k)[0] = A{};
+    }
+  });
 
   const int64_t step = int64_t(gridDim.x) * R;
   int64_t row = blockIdx.x * int64_t(R) + threadIdx.y;
@@ -255,51 +259,43 @@ __device__ __forceinline__ Acc<T>* backward_v2_rows(const T* __restrict__ dy, co
   const auto process = [&](const Row<T, kVec, kPacks>& cur, int64_t row, int parity) {
     acc_t s[2] = {0, 0};  // sum of g, sum of g * xhat
     if (row < M) {
+      each_pack([&](int p, int c) {
+        Raw<T, kVec> wv;
+        wv.load(w + c * kVec);
 #pragma unroll
-      for (int p = 0; p < kPacks; ++p) {
-        const int c = threadIdx.x + p * blockDim.x;
-        if (c < packs) {
-          Raw<T, kVec> wv;
-          wv.load(w + c * kVec);
-#pragma unroll
-          for (int k = 0; k < kVec; ++k) {
-            const acc_t g = cur.g[p][k] * wv[k];
-            s[0] += g;
-            s[1] += g * (cur.x[p][k] - cur.mean) * cur.rstd;
-          }
+        for (int k = 0; k < kVec; ++k) {
+          const acc_t g = cur.g[p][k] * wv[k];
+          s[0] += g;
+          s[1] += g * (cur.x[p][k] - cur.mean) * cur.rstd;
         }
-      }
+      });
     }
     group_sum(s, red + parity * 64);
     if (row < M) {
       const acc_t mg = s[0] * inv_n, mgx = s[1] * inv_n;
       P* dxr = reinterpret_cast<P*>(dx + row * N);
+      each_pack([&](int p, int c) {
+        Raw<T, kVec> wv;
+        wv.load(w + c * kVec);
+        acc_t out[kVec];
 #pragma unroll
-      for (int p = 0; p < kPacks; ++p) {
-        const int c = threadIdx.x + p * blockDim.x;
-        if (c < packs) {
-          Raw<T, kVec> wv;
-          wv.load(w + c * kVec);
-          acc_t out[kVec];
+        for (int k0 = 0; k0 < kVec; k0 += C) {
+          A aw = reinterpret_cast<A*>(acc_w + c * kVec + k0)[0];
+          A ab = reinterpret_cast<A*>(acc_b + c * kVec + k0)[0];
 #pragma unroll
-          for (int k0 = 0; k0 < kVec; k0 += C) {
-            A aw = reinterpret_cast<A*>(acc_w + c * kVec + k0)[0];
-            A ab = reinterpret_cast<A*>(acc_b + c * kVec + k0)[0];
-#pragma unroll
-            for (int k = 0; k < C; ++k) {
-              const acc_t dyv = cur.g[p][k0 + k];
-              const acc_t xh = (cur.x[p][k0 + k] - cur.mean) * cur.rstd;
-              const acc_t g = dyv * wv[k0 + k];
-              out[k0 + k] = cur.rstd * (g - mg - xh * mgx);
-              aw.v[k] += dyv * xh;
-              ab.v[k] += dyv;
-            }
-            reinterpret_cast<A*>(acc_w + c * kVec + k0)[0] = aw;
-            reinterpret_cast<A*>(acc_b + c * kVec + k0)[0] = ab;
+          for (int k = 0; k < C; ++k) {
+            const acc_t dyv = cur.g[p][k0 + k];
+            const acc_t xh = (cur.x[p][k0 + k] - cur.mean) * cur.rstd;
+            const acc_t g = dyv * wv[k0 + k];
+            out[k0 + k] = cur.rstd * (g - mg - xh * mgx);
+            aw.v[k] += dyv * xh;
+            ab.v[k] += dyv;
           }
-          dxr[c] = to_pack<T>(out);
+          reinterpret_cast<A*>(acc_w + c * kVec + k0)[0] = aw;
+          reinterpret_cast<A*>(acc_b + c * kVec + k0)[0] = ab;
         }
-      }
+        dxr[c] = to_pack<T>(out);
+      });
     }
   };
   if constexpr (sizeof(T) == 4) {

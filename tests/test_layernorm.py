@@ -399,3 +399,19 @@ def test_many_rows_match_the_cpu_implementation(ext, dtype, shape):
     tol = dict(rtol=1e-3, atol=1e-4 * rows) if dtype == torch.float32 else {}
     check.assert_close(gwc.cpu(), gw, **tol)
     check.assert_close(gbc.cpu(), gb, **tol)
+
+
+@pytest.mark.parametrize("name", ["layernorm.cu", "layernorm.hopper.cu"])
+def test_kernel_file_header_maps_every_kernel(name):
+    """The header of each LayerNorm kernel file is a map: every kernel it names exists, and every kernel
+    the file defines is named there."""
+    text = (loader.KERNELS / name).read_text()
+    lines = text.splitlines()
+    header = "\n".join(lines[: next(i for i, line in enumerate(lines) if not line.startswith("//"))])
+    kernel = r"__global__\s+(?:__launch_bounds__\([^)]*\)\s+)?void\s+(\w+)\("
+    defined = set(re.findall(kernel, text))
+    named = set(re.findall(r"\b(\w+_kernel)\b", header))
+    everywhere = "".join((loader.KERNELS / f).read_text() for f in ("layernorm.cu", "layernorm.exercises.cu", name))
+    assert defined and defined <= named, f"{name} defines kernels its header does not map: {sorted(defined - named)}"
+    missing = named - set(re.findall(kernel, everywhere))
+    assert not missing, f"{name}'s header names kernels that do not exist: {sorted(missing)}"
