@@ -70,6 +70,7 @@ class Build:
     linked: bool
     pch: Path | None = None  # the precompiled torch header the glue was compiled with (None: none)
     pch_built: bool = False  # True when this build precompiled it (the first build on this machine)
+    link_seconds: float = 0.0  # of `seconds`, the link (0 when the module came from the cache)
 
 
 last_build: Build | None = None
@@ -520,6 +521,7 @@ def load(
 
     todo = [j for j in jobs if not j[2].exists()]
     linked = pch_built = False
+    link_seconds = 0.0
     if todo or not so.exists():
         with _Lock(build_dir / "lock"):
             todo = [j for j in jobs if not j[2].exists()]  # another process may have built them meanwhile
@@ -539,11 +541,13 @@ def load(
                     _compile_all(todo, verbose)
                     if not so.exists():
                         objs = [str(j[2]) for j in jobs]
+                        t_link = time.time()
                         _atomic(so, lambda tmp: _run([*link[:2], *objs, "-o", str(tmp), *link[2:]], "linking"))
-                        linked = True
+                        linked, link_seconds = True, time.time() - t_link
     module = _import(name, so)
     with_pch = pch if pch and any(c[-3:] == use_pch for _, c, _ in todo or jobs) else None
-    last_build = Build(name, so, time.time() - t0, [s.name for s, _, _ in todo], linked, with_pch, pch_built)
+    compiled = [s.name for s, _, _ in todo]
+    last_build = Build(name, so, time.time() - t0, compiled, linked, with_pch, pch_built, link_seconds)
     if verbose:
         print(f"{name}: {so} ({last_build.seconds:.2f} s, compiled {last_build.compiled or 'nothing'})")
     return module
