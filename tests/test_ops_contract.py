@@ -5,6 +5,7 @@ with a message naming the argument. The ops, their samples and their bad calls: 
 What is particular to one op (versions at awkward sizes, memory, determinism) stays in tests/test_<op>.py."""
 
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -134,3 +135,9 @@ def test_op_takes_non_contiguous_inputs(device, name, variant):
 def test_op_refuses_a_bad_argument_naming_it(device, name, bad):
     with pytest.raises(bad.exc, match=re.escape(bad.message(device))):
         bad.call(ext_of(name), device)
+
+
+def test_every_finished_op_has_its_samples_here():
+    """A new op in helpers/ops/ gets its entry in tests/op_samples.py: the contract covers every op."""
+    ops = {p.stem for p in (Path(__file__).resolve().parent.parent / "helpers" / "ops").glob("*.py")} - {"__init__"}
+    assert ops == set(op_samples.OPS), f"ops without samples: {sorted(ops - set(op_samples.OPS))}"
