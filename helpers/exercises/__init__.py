@@ -131,6 +131,11 @@ def build_wrong(name: str, wrong: Wrong, cuda: bool | None = None):
     mod = module(name)
     path = solution_file(name, wrong)
     with tempfile.TemporaryDirectory(prefix=f"wrong-{name}-") as tmp:
+        # All the solutions beside it: a solution that includes another ("x.cuh") finds the one in its own
+        # folder first, so the wrong file must replace it there, not only come first on the include path.
+        for f in SOLUTIONS.iterdir():
+            if f.is_file():
+                (Path(tmp) / f.name).write_text(f.read_text())
         (Path(tmp) / path.name).write_text(apply_wrong(name, wrong))
         with _solutions_on():
             return loader.load(mod.OP, include_dirs=[tmp], cuda=cuda)
