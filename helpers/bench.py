@@ -139,30 +139,41 @@ def _text(value) -> str:
     return str(value if value is not None else "").replace("torch.", "")
 
 
-def table(rows: list[dict], baseline: str | tuple[str, ...] | None = None, impls: tuple[str, ...] | None = None) -> str:
+def table(
+    rows: list[dict],
+    baseline: str | tuple[str, ...] | None = None,
+    impls: tuple[str, ...] | None = None,
+    spread: bool = False,
+) -> str:
     """A plain-text table of `compare` rows, one line per row: op, shape, dtype, impl, ms, GB/s, % of copy.
     With `baseline` (an impl, or several), a column of speed-ups over each: its ms / this row's ms for
     the same op, shape and dtype. With `impls`, only the rows of those impls are listed (the baselines are
-    still looked up among all rows): table(rows, ("native", "torch.compile"), impls=("ours",))."""
+    still looked up among all rows): table(rows, ("native", "torch.compile"), impls=("ours",)). With
+    `spread`, the range of the timings (ms_lo to ms_hi) after the median."""
     baselines = (baseline,) if isinstance(baseline, str) else tuple(baseline or ())
 
     def key(r):
         return tuple(_text(r.get(k)) for k in ("op", "shape", "dtype"))
 
+    def speedup(b):
+        return lambda r: f"{base[key(r), b] / r['ms']:.2f}x" if (key(r), b) in base else ""
+
     base = {(key(r), r["impl"]): r["ms"] for r in rows if r["impl"] in baselines}
-    shown = [r for r in rows if impls is None or r["impl"] in impls]
-    w_op, w_shape, w_dtype = (
-        max([len(h), *(len(key(r)[i]) for r in shown)]) + 2 for i, h in enumerate(("op", "shape", "dtype"))
-    )
-    w_impl = max([4, *(len(r["impl"]) for r in shown)]) + 2
-    head = f"{'op':<{w_op}}{'shape':<{w_shape}}{'dtype':<{w_dtype}}{'impl':<{w_impl}}{'ms':>9}{'GB/s':>9}{'% copy':>8}"
-    out = [head + "".join(f"{'x ' + b:>{len(b) + 4}}" for b in baselines)]
-    for r in shown:
-        op, shape, dtype = key(r)
-        line = f"{op:<{w_op}}{shape:<{w_shape}}{dtype:<{w_dtype}}{r['impl']:<{w_impl}}"
-        line += f"{r['ms']:>9.4f}{r['gbps']:>9.0f}{r['pct_copy']:>7.1f}%"
-        for b in baselines:
-            ms = base.get((key(r), b))
-            line += f"{ms / r['ms']:>{len(b) + 3}.2f}x" if ms else " " * (len(b) + 4)
-        out.append(line)
-    return "\n".join(out)
+    columns = [  # (header, cell, alignment)
+        ("op", lambda r: key(r)[0], "<"),
+        ("shape", lambda r: key(r)[1], "<"),
+        ("dtype", lambda r: key(r)[2], "<"),
+        ("impl", lambda r: str(r["impl"]), "<"),
+        ("ms", lambda r: f"{r['ms']:.4f}", ">"),
+    ]
+    if spread:
+        columns.append(("(range)", lambda r: f"({r['ms_lo']:.4f}-{r['ms_hi']:.4f})", ">"))
+    columns += [("GB/s", lambda r: f"{r['gbps']:.0f}", ">"), ("% copy", lambda r: f"{r['pct_copy']:.1f}%", ">")]
+    columns += [(f"x {b}", speedup(b), ">") for b in baselines]
+    cells = [[cell(r) for _, cell, _ in columns] for r in rows if impls is None or r["impl"] in impls]
+    widths = [max([len(head), *(len(c[i]) for c in cells)]) for i, (head, _, _) in enumerate(columns)]
+
+    def line(values):
+        return "  ".join(f"{v:{align}{w}}" for v, (_, _, align), w in zip(values, columns, widths)).rstrip()
+
+    return "\n".join([line([head for head, _, _ in columns])] + [line(c) for c in cells])

@@ -72,6 +72,8 @@ def test_table_with_several_baselines_lists_only_the_impls_asked_for():
     assert "x native" in lines[0] and "x torch.compile" in lines[0]
     assert len(lines) == 2 and "4x4" in lines[1] and "float32" in lines[1]
     assert lines[1].split()[-2:] == ["3.00x", "1.50x"]
+    ranged = bench.table([dict(rows[0], ms_lo=0.5, ms_hi=2.0)], spread=True).splitlines()
+    assert "(range)" in ranged[0] and "(0.5000-2.0000)" in ranged[1]
 
 
 def test_compare_with_repeats_reports_the_median_and_times_the_copy_each_time(monkeypatch):
