@@ -208,7 +208,8 @@ std::vector<at::Tensor> backward_from(const at::Tensor& grad_y_in, const at::Ten
       "backward version 3 (grad_bias one thread per column) reads relu' from y: pass the output y "
       "to backward_from_mask");
   // v3: grad_x by v1's kernel (CPU: the loop below) without the bias sums, then grad_bias by yours.
-  const bool per_column = version == 3 && need_bias_grad;
+  const BiasSums sums = static_cast<BiasSums>(version);
+  const bool per_column = sums == BiasSums::kPerColumn && need_bias_grad;
   const bool fused_sums = need_bias_grad && !per_column;
   const at::Tensor grad_y = grad_y_in.contiguous(), saved = saved_in.contiguous();
   const at::Tensor bias = kind == Saved::kInput ? bias_in.contiguous() : at::Tensor();
@@ -248,13 +249,12 @@ std::vector<at::Tensor> backward_from(const at::Tensor& grad_y_in, const at::Ten
         at::Tensor partials;
         if (fused_sums) {
           const int parts = fbr_backward_partial_rows(cuda_ptr<scalar_t>(grad_y), sv, kind, b,
-                                                      cuda_ptr<scalar_t>(grad_x), rows, cols, int(version));
+                                                      cuda_ptr<scalar_t>(grad_x), rows, cols, sums);
           partials = at::empty({parts, cols}, grad_y.options().dtype(acc_dtype(grad_y)));
         }
         fbr_backward(cuda_ptr<scalar_t>(grad_y), sv, kind, b, acc_t(scale), cuda_ptr<scalar_t>(grad_x),
                      fused_sums ? partials.data_ptr<acc_t>() : nullptr,
-                     fused_sums ? cuda_ptr<scalar_t>(grad_bias) : nullptr, rows, cols,
-                     version == 3 ? 1 : int(version), on.stream);
+                     fused_sums ? cuda_ptr<scalar_t>(grad_bias) : nullptr, rows, cols, sums, on.stream);
         if (per_column)
           fbr_bias_grad_v3(cuda_ptr<scalar_t>(grad_y), cuda_ptr<scalar_t>(saved),
                            cuda_ptr<scalar_t>(grad_bias), rows, cols, on.stream);

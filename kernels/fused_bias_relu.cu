@@ -1,53 +1,32 @@
 // kernels/fused_bias_relu.cu: y = relu(x * scale + bias), forward and backward (lesson 02).
 //
-// x is [rows, cols] (any [..., C] tensor, flattened), bias is [cols], scale a number. Native PyTorch runs
-// three kernels (mul, add, relu), each reading and writing the whole tensor; one kernel reads x once and
-// writes y once. Backward gives grad_x = grad_y * scale * relu'(z) and grad_bias = the sum of
-// grad_y * relu'(z) over the rows: an element-wise part and a reduction, done in one pass over memory.
-// The versions, in the order lesson 02 builds them (numbers never change):
+// x is [rows, cols] (any [..., C] tensor, flattened), bias is [cols], scale a number. One kernel reads x
+// once and writes y once, where native PyTorch runs three (mul, add, relu). Backward: grad_x = grad_y *
+// scale * relu'(z), element-wise, and grad_bias = the sum over the rows of grad_y * relu'(z), a reduction.
+// The versions, in the order lesson 02 builds them (numbers never change; the measurements and what was
+// tried are in results/h100/fused_bias_relu_history.md):
 //
-//   forward v1   one thread per element; the bias column is i % cols. What you write first: right, but
-//                a 64-bit modulo per element and loads of sizeof(T) bytes.
-//   forward v2   a 2-D grid: each thread owns one 16-byte Pack of columns (its bias Pack stays in
-//                registers, no modulo) and strides over rows, loading 4 rows before it stores any, so
-//                64 bytes per thread are in flight (backward: 2 rows of 2 tensors). A fixed grid of as many
-//                blocks as fit on the GPU at once, each thread doing the same number of rows: one wave, no
-//                tail. Optionally writes a 1-byte mask (relu'(z)) for a backward that needs neither x nor y.
-//   forward v3   lesson 01's forward v2 design: a one-shot 1-D grid, thread i loads, computes and stores
-//                Pack i of the flat tensor, and its bias Pack is i % (cols / N): a 32-bit unsigned modulo
-//                (a few instructions) when the Pack count fits in 32 bits, 64-bit otherwise. Faster than
-//                v2 (about 95% of a copy, 0.95x torch.compile on an H100) because it is exactly the copy's
-//                access pattern: every warp reads and writes 512 contiguous bytes, the blocks retire in
-//                address order (DRAM pages and L2 sectors stay sequential), there is no per-thread loop,
-//                row bound check or register-resident bias, and the hardware scheduler load-balances
-//                millions of short blocks instead of one fixed wave where the slowest SM sets the end.
-//                The bias (cols values) stays in L1/L2. Used when cols % N == 0 and x, y, bias (and the
-//                mask) are 16-byte aligned; anything else falls back to v2. The default.
-//   forward v3 + bits  the same kernel also writing relu'(z) as a bit mask (bit e % 32 of 32-bit word
-//                e / 32): 1 bit per element instead of the 1-byte mask. The N bits of a thread's Pack are
-//                one field of a word that 32 / N neighbouring lanes share; they OR their fields with warp
-//                shuffles and one lane stores the word, so a warp stores N whole words. Costs forward
-//                ~3% (the extra 1/16 or 1/32 of the bytes) and saves backward the read of y.
-//   backward v1  the 2-D grid of v2, 4 rows of 2 tensors in flight per thread (128 bytes). relu'(z) comes
-//                from x (recomputing z), from y (z > 0 where y > 0), from the mask or from the bits. Each
-//                thread adds grad_y * relu'(z) for its columns in registers, the block adds its rows in
-//                shared memory (a fixed tree), and writes one row of per-block partial sums [row blocks,
-//                cols]; a second small kernel (16 lanes per column) adds those per column in a fixed
-//                order, launched with programmatic dependent launch on Hopper (it is scheduled while the
-//                first kernel finishes: ~1.4 us less at 4096x4096). The grid fills every SM once (one
-//                wave, the same number of rows per thread, rounded to whole 4-row steps), so there are
-//                only about as many row blocks as fit on an SM times the SMs over the column chunks: the
-//                partial buffer stays a few hundred KB. No float atomics: grad_bias has the same bits on
-//                every run.
-//   backward v2  v1 in one cooperative kernel (the default): after writing its partial row, every block
-//                waits at grid.sync() (a cooperative launch guarantees the whole grid is resident), then
-//                the blocks split the columns and add the partial rows in a fixed order (the same bits
-//                on every run). No second launch and no short, nearly idle kernel at the end: bfloat16
-//                4096x4096, with grad_bias, 44.1 us instead of 45.8 (H100). v1 where the GPU cannot
-//                launch cooperatively or the grid would not fit at once (very wide rows).
-//   Reading the bits instead of y, the backward moves 4 + 1/8 bytes per bfloat16 element instead of 6:
-//   33.8 us instead of 44.8 at 4096x4096 (float32: 55.6 instead of 78.6), and forward+backward runs
-//   ~15-20% faster than saving y.
+//   forward v1   forward_v1_kernel / fbr_forward_v1: one thread per element, bias column i % cols. Right,
+//                but a 64-bit modulo and a sizeof(T) load per element.
+//   forward v2   forward_v2_kernel / fbr_forward_v2: a 2-D grid; each thread owns one 16-byte Pack of
+//                columns (its bias Pack stays in registers, no modulo) and walks down the rows with 4 rows
+//                (64 bytes) in flight, in one wave of equal blocks. Optionally writes a 1-byte mask.
+//   forward v3   forward_v3_kernel / fbr_forward_v3, the default: thread i does Pack i of the flat tensor,
+//                its bias Pack i % (cols / N) by a 32-bit modulo: exactly a copy's access pattern (each warp
+//                512 contiguous bytes, blocks retiring in address order, no loop, no fixed wave whose slowest
+//                SM sets the end). v2 when cols or a pointer does not allow Packs.
+//     + bits     the same kernel also writing relu'(z) as a bit mask (bit e % 32 of word e / 32): the lanes
+//                sharing a word OR their fields with shuffles, so backward reads 1 bit instead of y.
+//   backward v1  backward_kernel<..., false> + sum_partials_kernel / fbr_backward(BiasSums::kPartials):
+//                grad_x and the column sums in one pass over v2's grid; each block writes one row of partial
+//                sums (a fixed tree in shared memory), a second small kernel adds them per column in a fixed
+//                order (launched with PDL on Hopper). No float atomics: the same bits on every run.
+//   backward v2  backward_kernel<..., true> + finish_column_sums / fbr_backward(BiasSums::kCooperative), the
+//                default: v1 in one cooperative kernel whose blocks add the partial rows after grid.sync: no
+//                second launch, no short idle kernel at the end. v1 where it cannot launch cooperatively.
+//   backward v3  fbr_backward without sums, then bias_grad_kernel / fbr_bias_grad_v3 (lesson 02's exercise,
+//                kernels/exercises/bias_grad.cuh, launched in fused_bias_relu.exercises.cu): one thread per
+//                column reading y. The simplest reduction; one pass more, and only cols threads add.
 //
 // Everything is computed in Acc<T> (float, double for double inputs) and stored as T. relu(z) is
 // `z <= 0 ? 0 : z`, so a NaN goes through, as in torch.relu, and its gradient too.
@@ -350,8 +329,8 @@ struct BackwardChoice {
   Plan plan;
 };
 template <typename T, int N, Saved S>
-BackwardChoice choose_backward(int version, bool bias_grad, int64_t rows, int64_t cols) {
-  if (version >= 2 && bias_grad && device_attribute<cudaDevAttrCooperativeLaunch>() != 0) {
+BackwardChoice choose_backward(BiasSums sums, bool bias_grad, int64_t rows, int64_t cols) {
+  if (sums == BiasSums::kCooperative && bias_grad && device_attribute<cudaDevAttrCooperativeLaunch>() != 0) {
     bool fits = false;
     const Plan p = backward_plan<T, N, S, true>(rows, cols, &fits);
     if (fits) return {true, p};
@@ -438,23 +417,22 @@ void fbr_forward_v3(const T* x, const T* bias, Acc<T> scale, T* y, bool* mask, u
 
 template <typename T>
 int fbr_backward_partial_rows(const T* grad_y, const void* saved, Saved kind, const T* bias, const T* grad_x,
-                              int64_t rows, int64_t cols, int version) {
+                              int64_t rows, int64_t cols, BiasSums sums) {
   int parts = 0;
   with_config(grad_y, saved, kind, bias, grad_x, cols, [&](auto c) {
     using C = decltype(c);
-    parts = int(choose_backward<T, C::n, C::saved>(version, true, rows, cols).plan.grid.y);
+    parts = int(choose_backward<T, C::n, C::saved>(sums, true, rows, cols).plan.grid.y);
   });
   return parts;
 }
 
 template <typename T>
 void fbr_backward(const T* grad_y, const void* saved, Saved kind, const T* bias, Acc<T> scale, T* grad_x,
-                  Acc<T>* partials, T* grad_bias, int64_t rows, int64_t cols, int version,
+                  Acc<T>* partials, T* grad_bias, int64_t rows, int64_t cols, BiasSums sums,
                   cudaStream_t stream) {
   with_config(grad_y, saved, kind, bias, grad_x, cols, [&](auto c) {
     using C = decltype(c);
-    const BackwardChoice choice =
-        choose_backward<T, C::n, C::saved>(version, grad_bias != nullptr, rows, cols);
+    const BackwardChoice choice = choose_backward<T, C::n, C::saved>(sums, grad_bias != nullptr, rows, cols);
     const Plan& p = choice.plan;
     if (choice.fuse) {  // v2: one cooperative kernel
       launch(backward_kernel<T, C::n, C::saved, true>, p.grid, p.block, 0, stream, {true, false}, grad_y,
@@ -478,9 +456,9 @@ void fbr_backward(const T* grad_y, const void* saved, Saved kind, const T* bias,
   template void fbr_forward_v3<T>(const T*, const T*, Acc<T>, T*, bool*, uint32_t*, int64_t, int64_t,     \
                                   cudaStream_t);                                                          \
   template int fbr_backward_partial_rows<T>(const T*, const void*, Saved, const T*, const T*, int64_t,    \
-                                            int64_t, int);                                                \
+                                            int64_t, BiasSums);                                           \
   template void fbr_backward<T>(const T*, const void*, Saved, const T*, Acc<T>, T*, Acc<T>*, T*, int64_t, \
-                                int64_t, int, cudaStream_t);
+                                int64_t, BiasSums, cudaStream_t);
 
 INSTANTIATE(float)
 INSTANTIATE(double)

@@ -27,10 +27,10 @@ void fbr_forward_v3(const T* x, const T* bias, Acc<T> scale, T* y, bool* mask, u
 // kernel that also adds them (v1 where the GPU cannot launch cooperatively, or without grad_bias).
 template <typename T>
 int fbr_backward_partial_rows(const T* grad_y, const void* saved, Saved kind, const T* bias, const T* grad_x,
-                              int64_t rows, int64_t cols, int version);
+                              int64_t rows, int64_t cols, BiasSums sums);
 template <typename T>
 void fbr_backward(const T* grad_y, const void* saved, Saved kind, const T* bias, Acc<T> scale, T* grad_x,
-                  Acc<T>* partials, T* grad_bias, int64_t rows, int64_t cols, int version,
+                  Acc<T>* partials, T* grad_bias, int64_t rows, int64_t cols, BiasSums sums,
                   cudaStream_t stream);
 
 // Backward v3's grad_bias (yours: kernels/exercises/bias_grad.cuh Part 2, fused_bias_relu.exercises.cu):

@@ -8,7 +8,7 @@
     layer = LinearReLU(256, 256)                  # relu(x @ W.T + b) with the bias add and relu fused
 
 Also the notebook's helpers that are not the lesson's subject: what autograd keeps for backward,
-GPU memory, the training run, and the timing sweep (benchmarks/fused_bias_relu.py uses it too).
+GPU memory and the training run. The timing sweep is benchmarks/fused_bias_relu.py (the notebook uses it).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from .. import bench
 from . import extension
 
 SAVES = ("input", "output", "mask", "bits")
@@ -175,31 +174,6 @@ def kernels_launched(fn, *args) -> list[str]:
     return [e.name for e in top if e.name in NATIVE_PASSES]
 
 
-def targets(
-    rows: list[dict],
-    shapes=("4096x4096", "8192x8192"),
-    pct: float = 90.0,
-    slack: float = 0.03,
-    ops=("fbr fwd", "fbr fwd+bwd"),
-) -> str:
-    """Lesson 02's performance targets, checked on bench rows: ours at >= `pct`% of a same-size copy, and
-    no slower than torch.compile beyond `slack`, for forward and forward+backward (GPU time) at `shapes`."""
-    by = {(r["op"], r["shape"], r["dtype"], r["impl"]): r for r in rows}
-    out = []
-    keys = {(r["op"], r["shape"], r["dtype"]) for r in rows if r["shape"] in shapes and r["op"] in ops}
-    for op, shape, dtype in sorted(keys):
-        ours, comp = by.get((op, shape, dtype, "ours")), by.get((op, shape, dtype, "torch.compile"))
-        if not ours:
-            continue
-        speed = comp["ms"] / ours["ms"] if comp else float("nan")
-        ok = ours["pct_copy"] >= pct and (not comp or speed >= 1 - slack)
-        out.append(
-            f"{'met    ' if ok else 'MISSED '} {op:<12} {shape:<10} {dtype:<9} {ours['pct_copy']:5.1f}% of copy, "
-            f"{speed:4.2f}x torch.compile"
-        )
-    return "\n".join(out)
-
-
 def saved_tensors(fn, *args) -> list[tuple[tuple, torch.dtype, int, str]]:
     """Run fn(*args) and list what autograd keeps for backward: (shape, dtype, bytes, what) per tensor,
     where `what` names it if it is one of the args or the output (both of which exist anyway)."""
@@ -302,74 +276,3 @@ def wall_us(fn, n: int = 300, repeat: int = 3) -> float:
             torch.cuda.synchronize()
         best = min(best, (time.perf_counter() - start) / n * 1e6)
     return best
-
-
-def _fwd_bwd(f, x, bias, g):
-    def run():
-        y = f(x, bias)
-        torch.autograd.grad(y, (x, bias), g)
-
-    return run
-
-
-def actual_bytes(rows: int, cols: int, element_size: int, save: str = "bits") -> int:
-    """Bytes forward+backward really moves: x, y, grad_y, grad_x, the bias and its gradient (in
-    element_size), and what backward reads to know relu'(z): y, or 1 bit per element written and read."""
-    n = rows * cols
-    if save == "bits":
-        return (4 * n + 3 * cols) * element_size + 2 * 4 * -(-n // 32)
-    return (5 * n + 3 * cols) * element_size
-
-
-def timings(shapes, dtypes, device: str, *, compiled: bool = True, progress: bool = False) -> list[dict]:
-    """bench.compare rows for forward ("fbr fwd") and forward+backward ("fbr fwd+bwd") of ours, native
-    PyTorch and torch.compile, per shape (rows, C) and dtype. "ours" is forward v3 and the C++ autograd
-    Function saving the bit mask; "ours v2", "ours, saves y" (the C++ Function) and "ours (Python
-    Function)" (bits) the alternatives. Bytes counted, the same for every row: forward reads x and writes y
-    (2 M*C elements); backward reads grad_y and y, writes grad_x (3 M*C); the bias reads/writes are added.
-    Saving bits moves fewer: forward also writes M*C/8 bytes, and backward reads those instead of y, so
-    its forward+backward can pass 100% of a copy of the counted bytes (actual_bytes() gives the real ones).
-    On a GPU, "fbr fwd+bwd" times each forward+backward step as a CUDA graph replay (bench.graphed: the
-    kernels' time, for every implementation alike) and "fbr fwd+bwd eager" the same calls made one by one
-    from Python, where on mid-size tensors the autograd engine's CPU time per step can exceed the GPU's."""
-    ext = extension("fused_bias_relu")
-    scale = 2.0
-    rows = []
-    for dtype in dtypes:
-        for shape in shapes:
-            torch._dynamo.reset()  # a fresh compile per shape: no recompile limit, no dynamic shapes
-            comp = torch.compile(reference, dynamic=False) if compiled else None
-            gen = torch.Generator(device=device).manual_seed(0)
-            x = torch.randn(shape, device=device, dtype=dtype, generator=gen)
-            b = torch.randn(shape[-1], device=device, dtype=dtype, generator=gen)
-            n, c, es = x.numel(), shape[-1], x.element_size()
-            labels = dict(shape="x".join(map(str, shape)), dtype=str(dtype).replace("torch.", ""), numel=n)
-            fwd = {
-                "ours": lambda: ext.forward(x, b, scale),
-                "ours v2": lambda: ext.forward(x, b, scale, 2),
-                "ours v1": lambda: ext.forward(x, b, scale, 1),
-                "native": lambda: reference(x, b, scale),
-            }
-            if comp:
-                fwd["torch.compile"] = lambda: comp(x, b, scale)
-            rows += bench.compare(fwd, nbytes=(2 * n + c) * es, device=device, op="fbr fwd", **labels)
-            xg, bg = x.clone().requires_grad_(), b.clone().requires_grad_()
-            g = torch.randn(shape, device=device, dtype=dtype, generator=gen)
-            both = {
-                "ours": _fwd_bwd(lambda x, b: fused_bias_relu(x, b, scale, ext=ext), xg, bg, g),
-                "ours, saves y": _fwd_bwd(lambda x, b: fused_bias_relu(x, b, scale, save="output", ext=ext), xg, bg, g),
-                "ours (Python Function)": _fwd_bwd(
-                    lambda x, b: fused_bias_relu_python(x, b, scale, ext=ext), xg, bg, g
-                ),
-                "native": _fwd_bwd(lambda x, b: reference(x, b, scale), xg, bg, g),
-            }
-            if comp:
-                both["torch.compile"] = _fwd_bwd(lambda x, b: comp(x, b, scale), xg, bg, g)
-            nb = (5 * n + 3 * c) * es
-            if device != "cpu":  # the calls one by one from Python, as eager training makes them (before
-                # any graph is captured: a graph keeps its own memory pool for as long as it lives)
-                rows += bench.compare(both, nbytes=nb, device=device, op="fbr fwd+bwd eager", **labels)
-            rows += bench.compare(both, nbytes=nb, device=device, op="fbr fwd+bwd", graph=True, **labels)
-            if progress:
-                print(f"  {labels['shape']:>12} {labels['dtype']}", flush=True)
-    return rows
