@@ -276,6 +276,20 @@ LAYERNORM = Op(
             lambda d: "x's last dimension (the normalized size N) must be at least 1, got [3, 0]",
         ),
         Bad(
+            "x_scalar",
+            lambda ext, d: ln.layer_norm(torch.tensor(1.0, device=d), _ones(1, device=d), _ones(1, device=d), ext=ext),
+            ValueError,
+            lambda d: "x must have at least one dimension (the one normalized), got a scalar",
+        ),
+        Bad(
+            "backward_grad_y_shape",
+            lambda ext, d: ext.backward(
+                _ones(1, 4, device=d), _ones(2, 4, device=d), _ones(2, device=d), _ones(2, device=d), _ones(4, device=d)
+            ),
+            ValueError,
+            lambda d: must_have_shape("grad_y", [2, 4], [1, 4]),
+        ),
+        Bad(
             "eps",
             lambda ext, d: ln.layer_norm(_ones(2, 4, device=d), _ones(4, device=d), _ones(4, device=d), -1.0, ext=ext),
             ValueError,
