@@ -1,3 +1,4 @@
+import json
 import types
 
 import torch
@@ -172,3 +173,18 @@ def test_benchmark_suite_runs_a_declared_spec_through_one_loop(capsys):
     assert "x native" in text[0] and "x torch.compile" in text[0]
     assert len(text) == 3 and all(" ours " in line for line in text[1:])
     assert "256 float32" in capsys.readouterr().out
+
+
+def test_benchmark_suite_writes_csv_and_json_with_the_machine(tmp_path, monkeypatch, capsys):
+    def measure(case):
+        x = case.randn()
+        return bench.compare({"ours": lambda: x * 2}, nbytes=2 * x.nbytes, device=case.device, op="t", **case.labels)
+
+    fake = types.SimpleNamespace(SPEC=sweep.Spec(gpu=[(64,)], cpu=[(64,)], dtypes=(torch.float32,)), measure=measure)
+    monkeypatch.setattr(run.importlib, "import_module", lambda name: fake)
+    assert run.main(["--ops", "fake", "--out", str(tmp_path), "--quick"]) == 0
+    header, row = (tmp_path / "bench.csv").read_text().splitlines()
+    assert header.startswith("date,gpu,") and ",t,64,float32,ours," in row
+    saved = json.loads((tmp_path / "bench.json").read_text())
+    assert saved["machine"]["torch"] == torch.__version__ and saved["rows"][0]["impl"] == "ours"
+    assert "== fake on" in capsys.readouterr().out
