@@ -6,6 +6,7 @@
 //   check_same_dtype(t, "c", x, "x")                                                (TypeError)
 //   check_shape(t, "c", {4})                                                        (ValueError)
 //   check_version(v, 3)             an op's `version` argument is 1..3                 (ValueError)
+//   check_choice(s, "kernel", names) an enum value by its name in {value, "name"} pairs (ValueError)
 //   shape_str(t.sizes())            "[3, 4]", for messages (see below: no ostream for numbers)
 //   acc_dtype(t)                    float64 for float64 tensors, else float32: the math type
 //   CudaType<scalar_t>::type        at::Half -> __half, at::BFloat16 -> __nv_bfloat16 (WITH_CUDA only)
@@ -18,6 +19,7 @@
 #include <torch/extension.h>
 
 #include <string>
+#include <utility>
 
 inline void check_floating(const at::Tensor& t, const char* name) {
   TORCH_CHECK_VALUE(t.defined(), name, " must be a tensor, got None");
@@ -55,6 +57,19 @@ inline void check_shape(const at::Tensor& t, const char* name, at::IntArrayRef s
 inline void check_version(int64_t version, int64_t max_version) {
   TORCH_CHECK_VALUE(version >= 1 && version <= max_version, "version must be between 1 and ",
                     std::to_string(max_version), ", got ", std::to_string(version));
+}
+
+// The value named `value` among `choices` ({value, "name"} pairs, e.g. an enum class's values named for
+// Python as in layernorm_choices.h); a bad name gets the list of the allowed ones.
+template <typename E, size_t K>
+E check_choice(const std::string& value, const char* name, const std::pair<E, const char*> (&choices)[K]) {
+  std::string allowed;
+  for (const auto& [choice, choice_name] : choices) {
+    if (value == choice_name) return choice;
+    allowed += std::string(allowed.empty() ? "\"" : ", \"") + choice_name + "\"";
+  }
+  TORCH_CHECK_VALUE(false, name, " must be one of ", allowed, ", got \"", value, "\"");
+  return choices[0].first;
 }
 
 inline at::ScalarType acc_dtype(const at::Tensor& t) {

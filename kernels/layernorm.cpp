@@ -222,18 +222,11 @@ std::vector<int64_t> leading_shape(const at::Tensor& x) {
 template <typename Kernel, size_t K>
 Kernel kernel_named(const std::string& name, const std::pair<Kernel, const char*> (&names)[K], const char* op,
                     int64_t version, int64_t version_with_choice) {
-  std::string allowed;
-  for (const auto& [kernel, n] : names) {
-    if (name == n) {
-      TORCH_CHECK_VALUE(kernel == Kernel::kAuto || version == version_with_choice, op, " kernel=\"", name,
-                        "\" is a kernel of version ", std::to_string(version_with_choice), ", got version ",
-                        std::to_string(version));
-      return kernel;
-    }
-    allowed += std::string(allowed.empty() ? "" : ", ") + "\"" + n + "\"";
-  }
-  TORCH_CHECK_VALUE(false, op, " kernel must be one of ", allowed, ", got \"", name, "\"");
-  return Kernel::kAuto;
+  const Kernel kernel = check_choice(name, (std::string(op) + " kernel").c_str(), names);
+  TORCH_CHECK_VALUE(kernel == Kernel::kAuto || version == version_with_choice, op, " kernel=\"", name,
+                    "\" is a kernel of version ", std::to_string(version_with_choice), ", got version ",
+                    std::to_string(version));
+  return kernel;
 }
 
 }  // namespace
