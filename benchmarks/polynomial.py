@@ -2,9 +2,9 @@
 forward+backward for x and learnable coefficients (whose gradients add four reductions).
 
 "ours" is forward v2 and backward v2 (kernels/polynomial.cu); "ours v1" is forward v1, the exercise, built
-from its solution (COURSE_SOLUTIONS=1 unless set otherwise: a stub would be timed doing nothing). Bytes counted: forward reads x and writes y (2 N elements);
-forward+backward adds reading grad_y and x and writing grad_x (5 N in all; the 4 coefficient gradients
-are negligible)."""
+from its solution (a stub would be timed doing nothing). Bytes counted: forward reads x and writes y
+(2 N elements); forward+backward adds reading grad_y and x and writing grad_x (5 N in all; the 4
+coefficient gradients are negligible)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ import os
 import torch
 
 from benchmarks import sweep
-from helpers import bench
-from helpers.ops import extension
+from helpers import bench, loader
 from helpers.ops import polynomial as poly
 
 SPEC = sweep.Spec(
@@ -24,7 +23,19 @@ SPEC = sweep.Spec(
     cpu_more=[(1 << 14,), (1 << 18,)],
 )
 COEFFS = [1.5, 0.5, -2.0, 0.25]
-os.environ.setdefault("COURSE_SOLUTIONS", "1")
+
+
+def _with_solutions():
+    """The op built with the exercises' solutions (COURSE_SOLUTIONS=1 for this build only)."""
+    was = os.environ.get("COURSE_SOLUTIONS")
+    os.environ["COURSE_SOLUTIONS"] = "1"
+    try:
+        return loader.load("polynomial")
+    finally:
+        if was is None:
+            del os.environ["COURSE_SOLUTIONS"]
+        else:
+            os.environ["COURSE_SOLUTIONS"] = was
 
 
 def _fwd_bwd(f, x, c, g):
@@ -37,7 +48,7 @@ def _fwd_bwd(f, x, c, g):
 
 
 def measure(case: sweep.Case) -> list[dict]:
-    ext = extension("polynomial")
+    ext = _with_solutions()
     compiled = torch.compile(poly.reference, dynamic=False)
     x = case.randn()
     c = torch.tensor(COEFFS, device=case.device)
