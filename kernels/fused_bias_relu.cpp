@@ -16,21 +16,21 @@
 // scale is a Python float. The math runs in float32 (float64 for float64); grad_bias is the sum over
 // every dimension but the last, in a fixed order (the same bits on every run). This file checks the
 // inputs, allocates the outputs, picks the dtype (AT_DISPATCH) and calls the CPU loops below or the
-// CUDA launchers of fused_bias_relu.cu on PyTorch's current stream.
+// CUDA launchers of fused_bias_relu.cu on PyTorch's current stream. Lesson 02's exercises are called
+// through fused_bias_relu_cpu.h / .h and compiled in the torch-free fused_bias_relu.exercises.cpp / .cu:
+// bias_shape_problem (check_bias's message) and backward v3's grad_bias (bias_grad_cpu, fbr_bias_grad_v3).
 #include <ATen/Parallel.h>
 #include <torch/autograd.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "checks.h"
 
 #ifdef WITH_CUDA
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-
-#include "fused_bias_relu.h"
+#include "fused_bias_relu.h"  // the launchers
 #endif
 #include "fused_bias_relu_cpu.h"
 
@@ -155,12 +155,6 @@ void check_bias(const at::Tensor& x, const at::Tensor& bias) {
               "bias_shape_problem (kernels/exercises/bias_check.h) ", "accepted bias of shape ",
               shape_str(bias.sizes()), " for x of shape ", shape_str(x.sizes()),
               ": it must reject every shape but [", std::to_string(x.size(-1)), "]");
-}
-
-void check_grad_y(const at::Tensor& grad_y, const at::Tensor& like, const char* like_name) {
-  TORCH_CHECK_VALUE(grad_y.defined(), "grad_y must be a tensor, got None");
-  check_same_device(grad_y, "grad_y", like, like_name);
-  check_shape(grad_y, "grad_y", like.sizes());
 }
 
 // x as [rows, cols]: cols is the last dimension (C), rows everything before it.
@@ -332,7 +326,7 @@ at::Tensor forward_(at::Tensor& x, const at::Tensor& bias_in, double scale) {
 std::vector<at::Tensor> backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& bias,
                                  double scale, bool need_bias_grad, int64_t version) {
   check_bias(x, bias);
-  check_grad_y(grad_y, x, "x");
+  check_like(grad_y, "grad_y", x, "x");
   check_same_dtype(grad_y, "grad_y", x, "x");
   return backward_from(grad_y, x, Saved::kInput, bias, scale, need_bias_grad, version);
 }

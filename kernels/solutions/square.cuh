@@ -5,7 +5,7 @@
 // `ext.square(x, 1)` (ext = loader.load("square")), differentiable. You write the loops and kernels.
 //
 // Part 1 is the CPU version (it is what runs in CPU mode; float16/bfloat16 tensors reach it as float);
-// Part 2 the CUDA kernels, one thread per element. Each function is 2 to 4 lines. Check your work with
+// Part 2 the CUDA kernels, one thread per element. Each function is 1 to 4 lines. Check your work with
 // the self-check cell in lesson 02: it checks every part you wrote on this machine.
 #pragma once
 
