@@ -1,9 +1,11 @@
 """kernels/polynomial.*: CPU and (on a GPU) CUDA paths against plain PyTorch, gradients, bad input."""
 
+import re
+
 import pytest
 import torch
 
-from helpers import check
+from helpers import check, env
 from helpers.ops import polynomial as poly
 from tests.conftest import load_solutions, needs_gpu
 
@@ -172,3 +174,17 @@ def test_coeffs_only_gradient(device):
     check.assert_close(
         grad, torch.stack([(xd**3).sum(), (xd**2).sum(), xd.sum(), xd.new_tensor(100.0)]), rtol=1e-5, atol=1e-4
     )
+
+
+def test_kernel_file_header_names_every_launcher():
+    """kernels/polynomial.cu opens with an index (version -> kernel / launcher): every launcher declared in
+    polynomial.h, and every kernel it names, must exist."""
+    header = (env.KERNELS / "polynomial.h").read_text()
+    index = (env.KERNELS / "polynomial.cu").read_text().split("#include")[0]
+    sources = "".join((env.KERNELS / f).read_text() for f in ("polynomial.cu", "polynomial.exercises.cu"))
+    sources += (env.KERNELS / "solutions" / "polynomial_forward.cuh").read_text()
+    sources += (env.KERNELS / "solutions" / "polynomial_backward.cuh").read_text()
+    launchers = set(re.findall(r"\b(poly_\w+)\(", header)) - {"poly_backward_v2_blocks"}
+    assert launchers and all(name in index for name in launchers), sorted(launchers)
+    for kernel in re.findall(r"\b(\w+_kernel)\b", index):
+        assert re.search(rf"__global__ void {kernel}\(", sources), f"the index names {kernel}, which does not exist"
