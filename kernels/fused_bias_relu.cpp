@@ -74,11 +74,13 @@ void forward_cpu(const T* x, const T* bias, acc_t scale, T* y, bool* mask, int64
 template <typename T, typename acc_t>
 void bits_cpu(const T* x, const T* bias, acc_t scale, uint32_t* bits, int64_t n, int64_t cols) {
   at::parallel_for(0, (n + 31) / 32, std::max<int64_t>(1, kGrain / 32), [&](int64_t begin, int64_t end) {
+    int64_t c = (begin * 32) % cols;  // the column of element e, kept up to date (no modulo per element)
     for (int64_t w = begin; w < end; ++w) {
       uint32_t word = 0;
-      for (int64_t e = w * 32; e < std::min(n, w * 32 + 32); ++e)
-        word |= uint32_t(passes(static_cast<acc_t>(x[e]) * scale + static_cast<acc_t>(bias[e % cols])))
-                << (e % 32);
+      for (int64_t e = w * 32; e < std::min(n, w * 32 + 32); ++e) {
+        word |= uint32_t(passes(static_cast<acc_t>(x[e]) * scale + static_cast<acc_t>(bias[c]))) << (e % 32);
+        if (++c == cols) c = 0;
+      }
       bits[w] = word;
     }
   });
