@@ -11,8 +11,9 @@
 //   acc_dtype(t)                    float64 for float64 tensors, else float32: the math type
 //   CudaType<scalar_t>::type        at::Half -> __half, at::BFloat16 -> __nv_bfloat16 (WITH_CUDA only)
 //   check_like(g, "grad_y", x, "x") defined, on x's device, of x's shape                (ValueError)
-//   OnDevice on(x)                  x's device guard and PyTorch's current stream there, on.stream
-//   (WITH_CUDA)
+//   check_defined(t, "bias")        not None                                           (ValueError)
+//   check_not_0d(t, "x")            at least one dimension                             (ValueError)
+//   OnDevice on(x)                  x's device guard, and PyTorch's stream there: on.stream (WITH_CUDA)
 #pragma once
 
 #include <ATen/OpMathType.h>
@@ -110,6 +111,16 @@ inline void check_like(const at::Tensor& t, const char* name, const at::Tensor& 
   TORCH_CHECK_VALUE(t.defined(), name, " must be a tensor, got None");
   check_same_device(t, name, like, like_name);
   check_shape(t, name, like.sizes());
+}
+
+// A tensor argument that may not be None ("bias must be a tensor, got None").
+inline void check_defined(const at::Tensor& t, const char* name) {
+  TORCH_CHECK_VALUE(t.defined(), name, " must be a tensor, got None");
+}
+
+// At least one dimension, for ops over the last one ("x must have at least one dimension, got a 0-d tensor").
+inline void check_not_0d(const at::Tensor& t, const char* name) {
+  TORCH_CHECK_VALUE(t.dim() >= 1, name, " must have at least one dimension, got a 0-d tensor");
 }
 
 #ifdef WITH_CUDA

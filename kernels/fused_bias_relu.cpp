@@ -140,12 +140,12 @@ void backward_cpu(const T* gy, const void* saved, const acc_t* b, acc_t scale, T
 void check_x(const at::Tensor& x) {
   check_floating(x, "x");
   check_cuda_built(x, "x");
-  TORCH_CHECK_VALUE(x.dim() >= 1, "x must have at least one dimension (its last one is C), got a 0-d tensor");
+  check_not_0d(x, "x");
 }
 
 void check_bias(const at::Tensor& x, const at::Tensor& bias) {
   check_x(x);
-  TORCH_CHECK_VALUE(bias.defined(), "bias must be a tensor, got None");
+  check_defined(bias, "bias");
   check_same_device(bias, "bias", x, "x");
   check_same_dtype(bias, "bias", x, "x");
   // Your check (kernels/exercises/bias_check.h): its message becomes the ValueError.
@@ -337,8 +337,8 @@ std::vector<at::Tensor> backward_from_mask(const at::Tensor& grad_y, const at::T
                                            bool need_bias_grad, int64_t version) {
   check_floating(grad_y, "grad_y");
   check_cuda_built(grad_y, "grad_y");
-  TORCH_CHECK_VALUE(grad_y.dim() >= 1, "grad_y must have at least one dimension, got a 0-d tensor");
-  TORCH_CHECK_VALUE(mask.defined(), "mask must be a tensor, got None");
+  check_not_0d(grad_y, "grad_y");
+  check_defined(mask, "mask");
   check_same_device(mask, "mask", grad_y, "grad_y");
   const auto type = mask.scalar_type();
   TORCH_CHECK_TYPE(
