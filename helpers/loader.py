@@ -12,7 +12,8 @@ per edit. This loader keeps the design that makes edits cheap:
 * torch's headers are parsed once per machine, not once per op: the first build precompiles them
   (``PCH_HEADER``, g++ only) into ``<cache>/pch/<key>/``, keyed by compiler, flags, torch and Python
   version; every ``.cpp`` that includes torch headers is then compiled with ``-include`` of it
-  (``-Winvalid-pch`` says so when a PCH cannot be used; COURSE_PCH=0 turns it off);
+  (``-Winvalid-pch`` says so when a PCH cannot be used; COURSE_PCH=0 turns it off). Each PCH takes about
+  0.8 GB of disk: one for CPU builds, one for CUDA builds;
 * every linked module is cached under the hash of its objects, so re-running a cell or restarting the
   kernel is an import (well under a second), and undoing an edit finds the old module again;
 * outputs are written to a temporary name and renamed, so an interrupted build leaves nothing half
