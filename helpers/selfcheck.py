@@ -161,49 +161,66 @@ def large_case(
     make_inputs,
     *,
     dtype=torch.bfloat16,
-    numel: int = (1 << 31) + 4099,
+    numel: int | None = None,
     buffers: int = 3,
     hint: str = "",
     seed: int | None = None,
 ) -> bool:
-    """Index overflow: fn on a 1-D CUDA tensor of `numel` > 2^31 elements, compared with the reference on
-    windows at the start, across element 2^31 and at the end. An `int` index (blockIdx.x * blockDim.x +
-    threadIdx.x in 32 bits) wraps there and writes the wrong elements or leaves the last ones unwritten.
-    `buffers` tensors of that size must fit in free GPU memory (inputs and outputs); otherwise prints why it
-    is skipped and returns False. make_inputs(numel, dtype, device, generator) returns the inputs; inputs of
-    `numel` elements are cut into the windows for the reference, others are passed whole."""
+    """Index overflow: fn on a 1-D CUDA tensor of more than 2^31 elements, compared with the reference on
+    windows at the start, across element 2^31 (and 2^32) and at the end. numel=None takes 2^32 + 4099 where
+    `buffers` tensors of that size fit in free GPU memory (an index computed as blockIdx.x * blockDim.x in
+    32-bit unsigned arithmetic wraps only there), else 2^31 + 4099 (where a signed 32-bit index wraps); if
+    not even that fits, or there is no GPU, it prints why it is skipped and returns False.
+    make_inputs(numel, dtype, device, generator) returns the inputs; inputs of `numel` elements are cut into
+    the windows for the reference, others are passed whole. A kernel that crashes here (a negative 32-bit
+    index reads before the tensor) leaves the CUDA context unusable: the verdict says so and how to recover."""
     if not (env.cuda_mode() and torch.cuda.is_available()):
         print(f"ℹ️  {name}: the > 2^31-element case needs a GPU; skipped.")
         return False
-    need = buffers * numel * torch.empty((), dtype=dtype).element_size()
+    size = torch.empty((), dtype=dtype).element_size()
     free, _ = torch.cuda.mem_get_info()
-    if need > 0.8 * free:
+    candidates = [numel] if numel else [(1 << 32) + 4099, (1 << 31) + 4099]
+    numel = next((n for n in candidates if buffers * n * size < 0.8 * free), None)
+    if numel is None:
+        need = buffers * candidates[-1] * size
         print(
             f"ℹ️  {name}: the > 2^31-element case needs {need / 2**30:.1f} GiB of GPU memory, "
             f"{free / 2**30:.1f} GiB are free; skipped."
         )
         return False
     seed = new_seed(seed)
+    hint = hint + "; index with int64_t: blockIdx.x * int64_t(blockDim.x) + threadIdx.x"
     g = torch.Generator(device="cuda").manual_seed(seed)
     inputs = make_inputs(numel, dtype, torch.device("cuda"), g)
-    with check.poisoned():
-        got = _as_tuple(fn(*inputs))
+    try:
+        with check.poisoned():
+            got = _as_tuple(fn(*inputs))
+        torch.cuda.synchronize()
+    except RuntimeError as e:
+        if "CUDA" not in str(e) and "cuda" not in str(e):
+            raise
+        _fail(
+            name,
+            f"Case {numel} {_dtype(dtype)} (past 2^31)",
+            AssertionError(
+                f"your kernel crashed: {str(e).splitlines()[0]}\nAn index that wraps past 2^31 (a 32-bit int) "
+                "goes negative and reads before the tensor. The CUDA context is now unusable (a sticky error, "
+                "lesson 00): fix the index, then restart the kernel (Kernel -> Restart) and re-run."
+            ),
+            hint,
+            seed,
+        )
     w = 4096
-    for lo in (0, (1 << 31) - w, numel - 2 * w):
+    starts = [0, (1 << 31) - w] + ([(1 << 32) - w] if numel > (1 << 32) else []) + [numel - 2 * w]
+    for lo in starts:
         window = slice(lo, lo + 2 * w)
         cut = [t[window] if isinstance(t, torch.Tensor) and t.numel() == numel else t for t in inputs]
         mine = tuple(t[window] if t.numel() == numel else t for t in got)
-        _compare(
-            name,
-            mine,
-            reference(*cut),
-            f"Case {numel} {_dtype(dtype)} (past 2^31), elements {lo}..{lo + 2 * w}",
-            hint + "; index with int64_t: blockIdx.x * int64_t(blockDim.x) + threadIdx.x",
-            seed,
-        )
+        where = f"Case {numel} {_dtype(dtype)} (past 2^31), elements {lo}..{lo + 2 * w}"
+        _compare(name, mine, reference(*cut), where, hint, seed)
     del inputs, got
     torch.cuda.empty_cache()
-    print(f"✅ {name}: correct past element 2^31 ({numel} elements, {_dtype(dtype)}).")
+    print(f"✅ {name}: correct past element 2^{31 if numel < (1 << 32) else 32} ({numel} elements, {_dtype(dtype)}).")
     return True
 
 

@@ -37,13 +37,9 @@ def _large_inputs(numel, dtype, device, g):
 
 
 def large_cases(name, fn, ref, make_inputs, *, buffers, hint, seed=None) -> bool:
-    """selfcheck.large_case past 2^32 elements (bfloat16) where the GPU has the memory, since an index computed
-    in 32-bit unsigned arithmetic (blockIdx.x * blockDim.x) wraps only there; else past 2^31 (where a signed
-    32-bit index wraps)."""
-    numel = (1 << 32) + 4099
-    if env.cuda_mode() and buffers * numel * 2 > 0.8 * torch.cuda.mem_get_info()[0]:
-        numel = (1 << 31) + 4099
-    return selfcheck.large_case(name, fn, ref, make_inputs, numel=numel, buffers=buffers, hint=hint, seed=seed)
+    """selfcheck.large_case: past 2^32 elements where the GPU has the memory (an index computed in 32-bit
+    unsigned arithmetic, blockIdx.x * blockDim.x, wraps only there), else past 2^31."""
+    return selfcheck.large_case(name, fn, ref, make_inputs, buffers=buffers, hint=hint, seed=seed)
 
 
 def check(device=None, ext=None, seed=None) -> int:
