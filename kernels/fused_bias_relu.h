@@ -5,7 +5,7 @@
 #pragma once
 
 #include "common.h"
-#include "fused_bias_relu_cpu.h"  // Saved
+#include "fused_bias_relu_cpu.h"  // Saved, BiasSums
 
 template <typename T>
 void fbr_forward_v1(const T* x, const T* bias, Acc<T> scale, T* y, int64_t rows, int64_t cols,
@@ -22,9 +22,10 @@ void fbr_forward_v3(const T* x, const T* bias, Acc<T> scale, T* y, bool* mask, u
 
 // `saved` is x (kInput, and then bias is used), y (kOutput), the mask (kMask, bool) or the bits (kBits).
 // grad_bias is written when it is not null, through `partials`: a scratch buffer of
-// fbr_backward_partial_rows(...) * cols values of Acc<T>, from the same arguments. version 1: two kernels
-// (grad_x and per-block partial sums, then a small kernel adds them); 2 (the default): one cooperative
-// kernel that also adds them (v1 where the GPU cannot launch cooperatively, or without grad_bias).
+// fbr_backward_partial_rows(...) * cols values of Acc<T>, from the same arguments. BiasSums::kPartials (v1):
+// two kernels (grad_x and per-block partial sums, then a small kernel adds them); kCooperative (v2, the
+// default): one cooperative kernel that also adds them (v1 where the GPU cannot launch cooperatively, or
+// without grad_bias). Backward v3 calls it without grad_bias, then fbr_bias_grad_v3.
 template <typename T>
 int fbr_backward_partial_rows(const T* grad_y, const void* saved, Saved kind, const T* bias, const T* grad_x,
                               int64_t rows, int64_t cols, BiasSums sums);
