@@ -148,7 +148,7 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_y_in, const at::Tensor& 
   if (n > 0 && x.is_cpu() && version == 1) return {backward_v1_cpu(grad_y, x, coeffs), at::Tensor()};
   at::Tensor grad_x = at::empty_like(x);
   at::Tensor grad_coeffs = need_coeffs_grad ? at::empty({4}, coeffs.options()) : at::Tensor();
-  if (n == 0) return {grad_x, grad_coeffs};
+  if (n == 0) return {grad_x, need_coeffs_grad ? grad_coeffs.zero_() : grad_coeffs};  // a sum of nothing is 0
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "polynomial_backward", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     acc_t* gc = need_coeffs_grad ? grad_coeffs.data_ptr<acc_t>() : nullptr;

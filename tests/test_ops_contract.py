@@ -20,16 +20,7 @@ DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 
 # Known breaches of the contract, each for its op's owner to fix (then delete the entry: these are strict;
 # the outputs are poisoned with NaN, so an unwritten one fails every time).
-EMPTY_XFAIL = {
-    "polynomial": "kernels/polynomial.cpp backward returns grad_coeffs from at::empty, unwritten, when x is "
-    "empty (a sum over no elements is 0: zero it before the early return, as fused_bias_relu.cpp does)",
-}
-EMPTY_VARIANTS = [
-    pytest.param(name, variant, marks=[pytest.mark.xfail(reason=EMPTY_XFAIL[name], strict=True)])
-    if name in EMPTY_XFAIL
-    else (name, variant)
-    for name, variant in VARIANTS
-]
+
 
 _exts: dict = {}
 
@@ -91,7 +82,7 @@ def test_op_passes_gradcheck_in_float64(device, name, variant):
         assert check.gradcheck(fn, *args)
 
 
-@pytest.mark.parametrize("name, variant", EMPTY_VARIANTS)
+@pytest.mark.parametrize("name, variant", VARIANTS)
 def test_op_takes_empty_inputs(device, name, variant):
     """numel 0: an output of the reference's shape, and gradients (zeros for the parameters: a sum over
     no rows) of the arguments' shapes."""
