@@ -490,6 +490,21 @@ def test_bias_gradient_is_deterministic_and_right_on_large_inputs(ext, shape, ve
 
 
 @needs_gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(4096, 4096), (1 << 20, 3), (7, 1 << 17), (1, 5), (40000, 24)])
+def test_backward_v3_one_thread_per_column_on_large_inputs(ext, shape, dtype):
+    """Backward v3 (the bias_grad exercise's solution) on the GPU: grad_x the same bits as v2's, grad_bias
+    the float64 sum within the dtype's rounding, the same bits on every call (each thread adds in order)."""
+    x, b, g = inputs(shape, dtype, "cuda")
+    y = ext.forward(x, b, SCALE)
+    gx, gb = ext.backward_from_mask(g, y, SCALE, True, 3)
+    assert torch.equal(gx, ext.backward_from_mask(g, y, SCALE, False, 2)[0])
+    assert torch.equal(ext.backward_from_mask(g, y, SCALE, True, 3)[1], gb)
+    want = (g.double() * (y.double() > 0)).sum(0).to(dtype)
+    check.assert_close(gb, want, **({} if dtype != torch.float32 else bias_tol(x)))
+
+
+@needs_gpu
 def test_matches_cpu_implementation(ext):
     x, b, g = inputs((1000, 96), torch.float32, "cpu")
     y = ext.forward(x, b, SCALE)
