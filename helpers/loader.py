@@ -11,7 +11,8 @@ per edit. This loader keeps the design that makes edits cheap:
   recompiled: about a second of nvcc, then a link;
 * torch's headers are parsed once per machine, not once per op: the first build precompiles them
   (``PCH_HEADER``, g++ only) into ``<cache>/pch/<key>/``, keyed by compiler, flags, torch and Python
-  version; every ``.cpp`` that includes torch headers is then compiled with ``-include`` of it
+  version, beside its own compiles (which go without it); every later ``.cpp`` that includes torch
+  headers is compiled with ``-include`` of it
   (``-Winvalid-pch`` says so when a PCH cannot be used; COURSE_PCH=0 turns it off). Each PCH takes about
   0.8 GB of disk: one for CPU builds, one for CUDA builds;
 * every linked module is cached under the hash of its objects, so re-running a cell or restarting the
@@ -279,7 +280,8 @@ def _pch_command(header: Path, flags: list[str], out: Path) -> list[str]:
 
 def _ensure_pch(header: Path, flags: list[str]) -> str:
     """Build `header`.gch once (a lock, then an atomic rename, so concurrent builds wait and then reuse
-    it): "built", "cached", or "failed" when it cannot be built (the glue then compiles without it)."""
+    it): "built", "cached", or "failed" when it cannot be built (glue files then compile without it).
+    Runs beside the first op's compiles, so it prints only a failure."""
     gch = header.with_name(header.name + ".gch")
     failed = header.with_name("FAILED.txt")
     if gch.exists():
@@ -295,12 +297,11 @@ def _ensure_pch(header: Path, flags: list[str]) -> str:
         if not header.exists():
             _atomic(header, lambda tmp: tmp.write_text(PCH_HEADER))
         try:
-            with _Progress("Precompiling torch's headers (once per machine: later ops compile faster)"):
-                _atomic(gch, lambda tmp: _run(_pch_command(header, flags, tmp), "precompiling torch's headers"))
+            _atomic(gch, lambda tmp: _run(_pch_command(header, flags, tmp), "precompiling torch's headers"))
         except BuildError as e:
             failed.write_text(f"{e}\n\n{e.log}")
             print(
-                f"Could not precompile torch's headers ({failed}); compiling without. "
+                f"\nCould not precompile torch's headers ({failed}); compiling without. "
                 f"Delete {header.parent} to try again.",
                 flush=True,
             )
@@ -541,11 +542,13 @@ def load(
     if todo or not so.exists():
         with _Lock(build_dir / "lock"):
             todo = [j for j in jobs if not j[2].exists()]  # another process may have built them meanwhile
-            if pch and any(c[-3:] == use_pch for _, c, _ in todo):
-                state = _ensure_pch(pch, torch_flags)
-                pch_built = state == "built"
-                if state == "failed":  # compile as before (same code), into the same object files
-                    todo = [(s, c[:-3] if c[-3:] == use_pch else c, o) for s, c, o in todo]
+            pch_job = None
+            if pch and any(c[-3:] == use_pch for _, c, _ in todo) and not pch.with_name(pch.name + ".gch").exists():
+                # No PCH yet (the first op on this machine): precompile it beside this op's compiles, which go
+                # without it, into the same object files (the same code: the header only includes torch's).
+                todo = [(s, c[:-3] if c[-3:] == use_pch else c, o) for s, c, o in todo]
+                pch_job = concurrent.futures.ThreadPoolExecutor(1)
+                pch_state = pch_job.submit(_ensure_pch, pch, torch_flags)
             if todo or not so.exists():
                 what = ", ".join(s.name for s, _, _ in todo) or "link only"
                 arch_note = (
@@ -553,13 +556,19 @@ def load(
                     if cuda and any(s.suffix == ".cu" for s, _, _ in todo)
                     else ""
                 )
-                with _Progress(f"Building {name}: {what}{arch_note}"):
-                    _compile_all(todo, verbose)
-                    if not so.exists():
-                        objs = [str(j[2]) for j in jobs]
-                        t_link = time.time()
-                        _atomic(so, lambda tmp: _run([*link[:2], *objs, "-o", str(tmp), *link[2:]], "linking"))
-                        linked, link_seconds = True, time.time() - t_link
+                also = " and torch's headers (once per machine: later ops compile faster)" if pch_job else ""
+                with _Progress(f"Building {name}: {what}{arch_note}{also}"):
+                    try:
+                        _compile_all(todo, verbose)
+                        if not so.exists():
+                            objs = [str(j[2]) for j in jobs]
+                            t_link = time.time()
+                            _atomic(so, lambda tmp: _run([*link[:2], *objs, "-o", str(tmp), *link[2:]], "linking"))
+                            linked, link_seconds = True, time.time() - t_link
+                    finally:
+                        if pch_job:
+                            pch_built = pch_state.result() == "built"
+                            pch_job.shutdown()
     module = _import(name, so)
     with_pch = pch if pch and any(c[-3:] == use_pch for _, c, _ in todo or jobs) else None
     compiled = [s.name for s, _, _ in todo]
