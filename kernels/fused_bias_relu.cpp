@@ -91,8 +91,18 @@ void bits_cpu(const T* x, const T* bias, acc_t scale, uint32_t* bits, int64_t n,
 template <Saved S, typename T, typename acc_t>
 void backward_rows(const T* gy, const void* saved, const acc_t* b, acc_t scale, T* gx, acc_t* s, int64_t r0,
                    int64_t r1, int64_t cols) {
+  std::vector<uint8_t> row_bits(S == Saved::kBits ? cols : 0);
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t base = r * cols;
+    if constexpr (S == Saved::kBits) {  // the row's bits as bytes first, a word at a time: no gather below
+      const uint32_t* words = static_cast<const uint32_t*>(saved);
+      for (int64_t c = 0, e = base; c < cols;) {
+        const uint32_t w = words[e / 32];
+        const int64_t first = e % 32, take = std::min<int64_t>(32 - first, cols - c);
+        for (int64_t k = 0; k < take; ++k) row_bits[c + k] = (w >> (first + k)) & 1u;
+        c += take, e += take;
+      }
+    }
     for (int64_t c = 0; c < cols; ++c) {
       const int64_t i = base + c;
       bool through;
@@ -103,7 +113,7 @@ void backward_rows(const T* gy, const void* saved, const acc_t* b, acc_t scale, 
       else if constexpr (S == Saved::kMask)
         through = static_cast<const uint8_t*>(saved)[i] != 0;  // bool's bytes, read as numbers
       else
-        through = (static_cast<const uint32_t*>(saved)[i / 32] >> (i % 32)) & 1u;
+        through = row_bits[c] != 0;
       const acc_t gv = static_cast<acc_t>(gy[i]);
       const acc_t g = through ? gv : acc_t(0);
       gx[i] = static_cast<T>(g * scale);
