@@ -21,6 +21,7 @@
 //                grad_x and the column sums in one pass over v2's grid; each block writes one row of partial
 //                sums (a fixed tree in shared memory), a second small kernel adds them per column in a fixed
 //                order (launched with PDL on Hopper). No float atomics: the same bits on every run.
+//                fbr_backward_partial_rows sizes the partial-sum buffer the .cpp allocates.
 //   backward v2  backward_kernel<..., true> + finish_column_sums / fbr_backward(BiasSums::kCooperative), the
 //                default: v1 in one cooperative kernel whose blocks add the partial rows after grid.sync: no
 //                second launch, no short idle kernel at the end. v1 where it cannot launch cooperatively.

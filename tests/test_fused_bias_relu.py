@@ -1,11 +1,13 @@
 """kernels/fused_bias_relu.*: CPU and (on a GPU) CUDA paths against plain PyTorch, gradients, memory
 variants, in place, the layer, bad input."""
 
+import re
+
 import pytest
 import torch
 from torch import nn
 
-from helpers import check
+from helpers import check, env
 from helpers.ops import fused_bias_relu as fbr
 from tests.conftest import load_solutions, needs_gpu
 
@@ -14,6 +16,20 @@ DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 # 16-bit types); row counts that are not multiples of a block's rows.
 SHAPES = [(1,), (3,), (1151,), (513, 1), (17, 3), (9, 1151), (2, 3, 5), (7, 129), (65, 64), (300, 20), (3, 5, 256)]
 SCALE = 1.75
+
+
+def test_kernel_file_header_names_every_launcher_and_kernel():
+    """kernels/fused_bias_relu.cu opens with an index (version -> kernel / launcher): every launcher declared in
+    fused_bias_relu.h is in it, and every kernel it names exists (in the .cu or the exercise's solution)."""
+    header = (env.KERNELS / "fused_bias_relu.h").read_text()
+    index = (env.KERNELS / "fused_bias_relu.cu").read_text().split("#include")[0]
+    sources = (env.KERNELS / "fused_bias_relu.cu").read_text() + (
+        env.KERNELS / "solutions" / "bias_grad.cuh"
+    ).read_text()
+    launchers = set(re.findall(r"\b(fbr_\w+)\(", header))
+    assert launchers and all(name in index for name in launchers), sorted(n for n in launchers if n not in index)
+    for kernel in re.findall(r"\b(\w+_kernel)\b", index):
+        assert re.search(rf"__global__ void (FBR_\w+ )?{kernel}\(", sources), f"the index names {kernel}, not defined"
 
 
 @pytest.fixture(scope="module")
