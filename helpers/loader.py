@@ -513,7 +513,11 @@ def load(
         for s in group:
             deps = _local_deps(s.resolve(), includes)
             c = [*cmd, *use_pch] if pch and s.suffix != ".cu" and _includes_torch(deps) else cmd
-            h = _digest(ident, shlex.join(c), *[f"{d}\n".encode() + d.read_bytes() for d in deps])
+            # The include folders are left out of the key: the course headers they resolved to (path and
+            # content) are in it. So the torch glue, which includes no exercise header, is one object for the
+            # stubs, the solutions and every wrong answer a test builds.
+            key_cmd = [a for a in c if not a.startswith("-I")]
+            h = _digest(ident, shlex.join(key_cmd), *[f"{d}\n".encode() + d.read_bytes() for d in deps])
             jobs.append((s, c, build_dir / "obj" / f"{s.stem}.{h}.o"))
 
     import torch
