@@ -11,7 +11,7 @@ OUT ?= out
 SETUP := $(if $(filter $(VENV)/%,$(PY)),$(VENV)/.ready)
 PIP_QUIET := 2>&1 | grep -v -e "is ignored" -e "^$$" || true
 
-.PHONY: setup lab test test-gpu bench format strip exercises clean
+.PHONY: setup lab test test-gpu test-gpu-unit test-gpu-nb test-gpu-times bench format strip exercises clean
 
 setup: $(SETUP)
 
@@ -30,13 +30,26 @@ lab: $(SETUP)
 test: $(SETUP)
 	$(PY) -m pytest
 
-test-gpu: $(SETUP)
+# On the GPU machine the parts run one at a time too (each fits a 10-minute call):
+#   test-gpu-unit   every test but the notebooks (XDIST="-n 8" where pytest-xdist is installed)
+#   test-gpu-nb     every notebook, with solutions and in learner mode (executed copies in $(OUT))
+#   test-gpu-times  the loader's edit/build times, then the benchmark suite (quick: BENCH="--quick")
+test-gpu: test-gpu-unit test-gpu-nb test-gpu-times
+
+test-gpu-unit: $(SETUP)
 	mkdir -p $(OUT)
-	COURSE_NB_OUT=$(OUT) $(PY) -m pytest -q -p no:cacheprovider > $(OUT)/pytest.log 2>&1; rc=$$?; \
-	  tail -n 15 $(OUT)/pytest.log; \
-	  $(PY) -m benchmarks.loader_times --out $(OUT)/loader_times.json > $(OUT)/loader.log 2>&1 || rc=1; \
-	  $(PY) -m benchmarks.run --out $(OUT) > $(OUT)/bench.log 2>&1 || rc=1; \
-	  tail -n 40 $(OUT)/bench.log; exit $$rc
+	$(PY) -m pytest -q -p no:cacheprovider $(XDIST) --ignore=tests/test_notebooks.py > $(OUT)/pytest.log 2>&1; \
+	  rc=$$?; grep -E "^(FAILED|ERROR)" $(OUT)/pytest.log | head -n 30; tail -n 2 $(OUT)/pytest.log; exit $$rc
+
+test-gpu-nb: $(SETUP)
+	mkdir -p $(OUT)
+	COURSE_NB_OUT=$(OUT) $(PY) -m pytest -q -p no:cacheprovider $(XDIST) tests/test_notebooks.py > $(OUT)/notebooks.log 2>&1; \
+	  rc=$$?; grep -E "^(FAILED|ERROR)" $(OUT)/notebooks.log | head -n 30; tail -n 2 $(OUT)/notebooks.log; exit $$rc
+
+test-gpu-times: $(SETUP)
+	mkdir -p $(OUT)
+	$(PY) -m benchmarks.loader_times --out $(OUT)/loader_times.json > $(OUT)/loader.log 2>&1; rc=$$?; tail -n 12 $(OUT)/loader.log; \
+	  $(PY) -m benchmarks.run --out $(OUT) $(BENCH) > $(OUT)/bench.log 2>&1 || rc=1; tail -n 30 $(OUT)/bench.log; exit $$rc
 
 bench: $(SETUP)
 	$(PY) -m benchmarks.run --out results
