@@ -166,12 +166,28 @@ def _fast_linker() -> list[str]:
     (0.7 s instead of 1.2 s a link on the 2-core machine)."""
     import shutil
 
-    if "clang" in _compiler_id(_cxx()).lower():
+    if "clang" in _compiler_id(_cxx()).lower() or os.environ.get("COURSE_FAST_LINKER") == "0":
         return []
     for name in ("lld", "gold"):
         if shutil.which(f"ld.{name}"):
             return [f"-fuse-ld={name}"]
     return []
+
+
+def _link(link: list[str], objs: list[str], out: Path) -> None:
+    """Link; if lld/gold fails where GNU ld would not (seen on the GPU test machine: gold could not open the
+    libstdc++.so linker script of a g++ installed under /opt), link again with the default linker, and use
+    that from then on."""
+    fast = _fast_linker()
+    try:
+        _run([*link[:2], *objs, "-o", str(out), *link[2:]], "linking")
+    except BuildError:
+        if not fast or fast[0] not in link:
+            raise
+        getattr(_fast_linker, "cache_clear", lambda: None)()
+        os.environ["COURSE_FAST_LINKER"] = "0"
+        plain = [a for a in link if a not in fast]
+        _run([*plain[:2], *objs, "-o", str(out), *plain[2:]], "linking")
 
 
 def _require_toolkit() -> _env.Toolkit:
@@ -567,7 +583,7 @@ def load(
                         if not so.exists():
                             objs = [str(j[2]) for j in jobs]
                             t_link = time.time()
-                            _atomic(so, lambda tmp: _run([*link[:2], *objs, "-o", str(tmp), *link[2:]], "linking"))
+                            _atomic(so, lambda tmp: _link(link, objs, tmp))
                             linked, link_seconds = True, time.time() - t_link
                     finally:
                         if pch_job:

@@ -218,3 +218,15 @@ def test_concurrent_builds_of_two_ops_precompile_once(pch_dir):
     outs = [p.communicate(timeout=300)[0] for p in procs]
     assert all(p.returncode == 0 and "value 3" in o for p, o in zip(procs, outs)), outs
     assert sum(o.count("pch_built True") for o in outs) == 1, outs
+
+
+def test_a_linker_that_fails_falls_back_to_the_default_one(ext_dir, monkeypatch):
+    """gold could not open the libstdc++.so of a g++ installed under /opt on the GPU test machine: the loader
+    links again with the default linker instead of failing every build."""
+    loader._fast_linker.cache_clear()
+    monkeypatch.setattr(loader, "_fast_linker", lambda: ["-fuse-ld=no-such-linker"])
+    monkeypatch.setenv("COURSE_FAST_LINKER", "1")  # undone after the test, as the fallback sets it to 0
+    (ext_dir / "val.h").write_text("#define BASE 30\n")
+    (ext_dir / "value.cpp").write_text('#include "val.h"\nint value() { return BASE + 7; }\n')
+    assert build(ext_dir).value() == 37
+    assert loader.last_build.linked
