@@ -224,6 +224,35 @@ def large_case(
     return True
 
 
+def elementwise(
+    exercise_name: str,
+    title: str,
+    fn,
+    reference,
+    make_inputs,
+    make_large_inputs,
+    *,
+    buffers: int,
+    device=None,
+    seed: int | None = None,
+    hint: str = "",
+    where: tuple[str, str] = ("the CPU loop (Part 1)", "the CUDA kernel (Part 2)"),
+) -> int:
+    """The check of an elementwise exercise: run() on every part (the CPU part; on a GPU machine the CUDA part
+    too, which must also pass large_case), recorded as `exercise_name` for passed(). Without a GPU it says
+    that the CUDA part's > 2^31-element case was skipped. Returns the number of cases."""
+    cases = 0
+    with exercise(exercise_name):
+        for dev in parts(device):
+            name = f"{title}, {where[dev.type == 'cuda']}"
+            cases += run(name, fn, reference, make_inputs, device=dev, seed=seed, hint=hint)
+            if dev.type == "cuda":
+                large_case(name, fn, reference, make_large_inputs, buffers=buffers, hint=hint, seed=seed)
+        if not env.cuda_mode():
+            large_case(f"{title}, {where[1]}", fn, reference, make_large_inputs, buffers=buffers, hint=hint)
+    return cases
+
+
 def parts(device=None) -> list[torch.device]:
     """The devices an exercise is checked on: the one asked for, else the CPU (your Part 1) and, in CUDA
     mode, the GPU too (your Part 2). Every part you wrote is checked on a GPU machine."""

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from .. import env, loader, selfcheck
+from .. import loader, selfcheck
 from . import Wrong
-from .polynomial_forward import coeffs, large_cases
+from .polynomial_forward import coeffs
 
 OP = "polynomial"
 NAME = "polynomial_backward"
@@ -43,18 +43,18 @@ def check(device=None, ext=None, seed=None) -> int:
     def yours(x, grad_y, c):
         return ext.backward(grad_y, x, c, False, 1)[0]
 
-    cases = 0
-    with selfcheck.exercise(NAME):
-        for dev in selfcheck.parts(device):
-            where = "the CUDA kernel (Part 2)" if dev.type == "cuda" else "the CPU loop (Part 1)"
-            name = f"polynomial backward v1, {where}"
-            cases += selfcheck.run(name, yours, reference, _inputs, device=dev, seed=seed, hint=HINT)
-            if dev.type == "cuda":
-                large_cases(name, yours, reference, _large_inputs, buffers=3, hint=HINT, seed=seed)
-        if not env.cuda_mode():  # says that the > 2^31-element case of the CUDA part is skipped, and why
-            cuda = "polynomial backward v1, the CUDA kernel (Part 2)"
-            large_cases(cuda, yours, reference, _large_inputs, buffers=3, hint=HINT, seed=seed)
-    return cases
+    return selfcheck.elementwise(
+        NAME,
+        "polynomial backward v1",
+        yours,
+        reference,
+        _inputs,
+        _large_inputs,
+        buffers=3,
+        device=device,
+        seed=seed,
+        hint=HINT,
+    )
 
 
 _CPU_LINE = "grad_x[i] = grad_y[i] * ((3 * a * x[i] + 2 * b) * x[i] + c);"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import env, loader, selfcheck
+from .. import loader, selfcheck
 from . import Wrong
 
 OP = "polynomial"
@@ -36,12 +36,6 @@ def _large_inputs(numel, dtype, device, g):
     return torch.randn(numel, generator=g, device=device, dtype=dtype), coeffs(g, device)
 
 
-def large_cases(name, fn, ref, make_inputs, *, buffers, hint, seed=None) -> bool:
-    """selfcheck.large_case: past 2^32 elements where the GPU has the memory (an index computed in 32-bit
-    unsigned arithmetic, blockIdx.x * blockDim.x, wraps only there), else past 2^31."""
-    return selfcheck.large_case(name, fn, ref, make_inputs, buffers=buffers, hint=hint, seed=seed)
-
-
 def check(device=None, ext=None, seed=None) -> int:
     """Forward version 1 against the reference on every part you wrote: the CPU loop (Part 1), and on a
     GPU machine also the CUDA kernel (Part 2), including a tensor of more than 2^31 elements."""
@@ -50,18 +44,18 @@ def check(device=None, ext=None, seed=None) -> int:
     def yours(x, c):
         return ext.forward(x, c, 1)
 
-    cases = 0
-    with selfcheck.exercise(NAME):
-        for dev in selfcheck.parts(device):
-            where = "the CUDA kernel (Part 2)" if dev.type == "cuda" else "the CPU loop (Part 1)"
-            name = f"polynomial forward v1, {where}"
-            cases += selfcheck.run(name, yours, reference, _inputs, device=dev, seed=seed, hint=HINT)
-            if dev.type == "cuda":
-                large_cases(name, yours, reference, _large_inputs, buffers=2, hint=HINT, seed=seed)
-        if not env.cuda_mode():  # says that the > 2^31-element case of the CUDA part is skipped, and why
-            cuda = "polynomial forward v1, the CUDA kernel (Part 2)"
-            large_cases(cuda, yours, reference, _large_inputs, buffers=2, hint=HINT, seed=seed)
-    return cases
+    return selfcheck.elementwise(
+        NAME,
+        "polynomial forward v1",
+        yours,
+        reference,
+        _inputs,
+        _large_inputs,
+        buffers=2,
+        device=device,
+        seed=seed,
+        hint=HINT,
+    )
 
 
 _CPU_COEFFS = "const T a = coeffs[0], b = coeffs[1], c = coeffs[2], d = coeffs[3];"
