@@ -139,3 +139,36 @@ def build_wrong(name: str, wrong: Wrong, cuda: bool | None = None):
         (Path(tmp) / path.name).write_text(apply_wrong(name, wrong))
         with _solutions_on():
             return loader.load(mod.OP, include_dirs=[tmp], cuda=cuda)
+
+
+# Mistakes every one-thread-per-element exercise invites, built from the solution's own line.
+_INDEX = "blockIdx.x * int64_t(blockDim.x) + threadIdx.x"
+
+
+def index_without_block(line: str, what: str = "elements") -> Wrong:
+    """`line` computes the index as blockIdx.x * int64_t(blockDim.x) + threadIdx.x; the wrong one drops blockIdx."""
+    return Wrong(
+        f"the index is threadIdx.x only: every block computes the first blockDim.x {what} again, the rest is never "
+        "written",
+        [(line, line.replace(_INDEX, "threadIdx.x"))],
+        "cuda",
+    )
+
+
+def index_in_32_bits(line: str) -> Wrong:
+    """The product blockIdx.x * blockDim.x in unsigned 32-bit arithmetic, widened only after it wrapped."""
+    return Wrong(
+        "the index computed in 32 bits (blockIdx.x * blockDim.x is unsigned int) and only then widened: it wraps "
+        "past 2^32 elements (selfcheck.large_case catches it where the GPU has the memory, as on an H100)",
+        [(line, line.replace(_INDEX, "blockIdx.x * blockDim.x + threadIdx.x"))],
+        "cuda",
+    )
+
+
+def loop_one_short(line: str) -> Wrong:
+    """`line` holds the CPU loop's `i < n;`: the wrong one stops at n - 1."""
+    return Wrong(
+        "the loop stops one short (i < n - 1): the last element is never written",
+        [(line, line.replace("i < n;", "i < n - 1;"))],
+        "cpu",
+    )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from .. import loader, selfcheck
-from . import Wrong
+from . import Wrong, index_without_block
 
 OP = "fused_bias_relu"
 VERSION = 3  # backward v3: grad_bias by your kernel
@@ -136,9 +136,5 @@ WRONG = [
         ],
         "cuda",
     ),
-    Wrong(
-        "the column is threadIdx.x only: columns past the first block's 256 are never written",
-        [("const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;", "const int64_t c = threadIdx.x;")],
-        "cuda",
-    ),
+    index_without_block("const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;", "columns"),
 ]

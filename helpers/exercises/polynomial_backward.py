@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from .. import loader, selfcheck
-from . import Wrong
+from . import Wrong, index_in_32_bits, index_without_block, loop_one_short
 from .polynomial_forward import coeffs
 
 OP = "polynomial"
@@ -71,22 +71,9 @@ WRONG = [
         [(_CPU_LINE, "grad_x[i] = (3 * a * x[i] + 2 * b) * x[i] + c;")],
         "cpu",
     ),
-    Wrong(
-        "the loop stops one short (i < n - 1): the last element is never written",
-        [("for (int64_t i = 0; i < n; ++i) {", "for (int64_t i = 0; i < n - 1; ++i) {")],
-        "cpu",
-    ),
-    Wrong(
-        "the index without blockIdx.x: every block computes elements 0..255 again",
-        [(_CUDA_INDEX, "const int64_t i = threadIdx.x;")],
-        "cuda",
-    ),
-    Wrong(
-        "the index computed in 32 bits (blockIdx.x * blockDim.x is unsigned int) and only then widened: it "
-        "wraps past 2^32 elements (caught by the large case where the GPU has 26 GB free, as on an H100)",
-        [(_CUDA_INDEX, "const int64_t i = blockIdx.x * blockDim.x + threadIdx.x;")],
-        "cuda",
-    ),
+    loop_one_short("for (int64_t i = 0; i < n; ++i) {"),
+    index_without_block(_CUDA_INDEX),
+    index_in_32_bits(_CUDA_INDEX),
     Wrong(
         "dy/dx without the factor 2 of 2*b*x (the derivative of b*x^2)",
         [("(3 * coeffs[0] * v + 2 * coeffs[1])", "(3 * coeffs[0] * v + coeffs[1])")],

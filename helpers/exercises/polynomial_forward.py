@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from .. import loader, selfcheck
-from . import Wrong
+from . import Wrong, index_in_32_bits, index_without_block, loop_one_short
 
 OP = "polynomial"
 NAME = "polynomial_forward"
@@ -63,11 +63,7 @@ _CUDA_INDEX = "const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
 _CUDA_HORNER = "((coeffs[0] * v + coeffs[1]) * v + coeffs[2]) * v + coeffs[3]"
 
 WRONG = [
-    Wrong(
-        "the loop stops one short (i < n - 1): the last element is never written",
-        [("for (int64_t i = 0; i < n; ++i) {", "for (int64_t i = 0; i < n - 1; ++i) {")],
-        "cpu",
-    ),
+    loop_one_short("for (int64_t i = 0; i < n; ++i) {"),
     Wrong(
         "the lesson's example coefficients typed in (1.5, 0.5, -2, 0.25) instead of read from coeffs",
         [(_CPU_COEFFS, "const T a = 1.5, b = 0.5, c = -2, d = 0.25;")],
@@ -78,17 +74,8 @@ WRONG = [
         [("y[i] = ((a * x[i] + b) * x[i] + c) * x[i] + d;", "y[i] = ((a * x[i] + b) * x[i] + c) * x[i];")],
         "cpu",
     ),
-    Wrong(
-        "the index without blockIdx.x: every block computes elements 0..255 again",
-        [(_CUDA_INDEX, "const int64_t i = threadIdx.x;")],
-        "cuda",
-    ),
-    Wrong(
-        "the index computed in 32 bits (blockIdx.x * blockDim.x is unsigned int) and only then widened: it "
-        "wraps past 2^32 elements (caught by the large case where the GPU has 17 GB free, as on an H100)",
-        [(_CUDA_INDEX, "const int64_t i = blockIdx.x * blockDim.x + threadIdx.x;")],
-        "cuda",
-    ),
+    index_without_block(_CUDA_INDEX),
+    index_in_32_bits(_CUDA_INDEX),
     Wrong(
         "the coefficients read in reverse order (coeffs = [a, b, c, d]: a multiplies x^3)",
         [(_CUDA_HORNER, "((coeffs[3] * v + coeffs[2]) * v + coeffs[1]) * v + coeffs[0]")],

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from .. import loader, selfcheck
-from . import Wrong
+from . import Wrong, index_in_32_bits, index_without_block, loop_one_short
 
 OP = "square"
 VERSION = 1  # square v1: your kernels (v2 is the course's)
@@ -82,11 +82,7 @@ def check(device=None, ext=None, seed=None) -> int:
 _FWD_CUDA = "const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;\n  if (i >= n) return;\n  const Acc<T> v"
 
 WRONG = [
-    Wrong(
-        "the loop stops one short (i < n - 1): the last element is never written",
-        [("for (int64_t i = 0; i < n; ++i) y[i]", "for (int64_t i = 0; i < n - 1; ++i) y[i]")],
-        "cpu",
-    ),
+    loop_one_short("for (int64_t i = 0; i < n; ++i) y[i]"),
     Wrong(
         "backward without the factor 2 of d(x^2)/dx = 2x",
         [("grad_x[i] = 2 * x[i] * grad_y[i];", "grad_x[i] = x[i] * grad_y[i];")],
@@ -97,11 +93,8 @@ WRONG = [
         [("grad_x[i] = 2 * x[i] * grad_y[i];", "grad_x[i] = 2 * x[i];")],
         "cpu",
     ),
-    Wrong(
-        "the index is threadIdx.x only: every block writes the first 256 elements",
-        [(_FWD_CUDA, _FWD_CUDA.replace("blockIdx.x * int64_t(blockDim.x) + threadIdx.x", "threadIdx.x"))],
-        "cuda",
-    ),
+    index_without_block(_FWD_CUDA),
+    index_in_32_bits(_FWD_CUDA),
     Wrong(
         "backward kernel without the factor 2",
         [("from_acc<T>(2 * to_acc(x[i]) * to_acc(grad_y[i]))", "from_acc<T>(to_acc(x[i]) * to_acc(grad_y[i]))")],
