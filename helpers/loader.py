@@ -554,7 +554,9 @@ def load(
         kit = _require_toolkit()
         cudart = kit.cudart()
         link += ["-lc10_cuda", "-ltorch_cuda"] + ([str(cudart), f"-Wl,-rpath,{cudart.parent}"] if cudart else [])
-    so = build_dir / f"{name}.{_digest(torch.__version__, shlex.join(link), *[j[2].name for j in jobs])}.so"
+    # Which linker links it (lld, gold, or ld after a fallback) does not change the module: out of the key.
+    key_link = [a for a in link if not a.startswith("-fuse-ld=")]
+    so = build_dir / f"{name}.{_digest(torch.__version__, shlex.join(key_link), *[j[2].name for j in jobs])}.so"
 
     todo = [j for j in jobs if not j[2].exists()]
     linked = pch_built = False

@@ -80,8 +80,8 @@ TOLERANCES = {
 
 def check(device=None, ext=None, seed=None) -> int:
     """Forward v2 (y, mean, rstd) against the reference on every part you wrote: your CPU row statistics
-    (Part 1), and in CUDA mode your warp_sum (Part 2). First rows with a large mean (the two-pass variance,
-    mean and rstd only), then every dtype and shape, each with random values, scale, shift, eps, weight and bias."""
+    (Part 1), and in CUDA mode your warp_sum (Part 2). Every dtype and shape, each with random values, scale,
+    shift, eps, weight and bias, then rows with a large mean (the two-pass variance: mean and rstd only)."""
     ext = ext or loader.load(OP)
 
     def yours(x, weight, bias, eps):
@@ -104,6 +104,16 @@ def check(device=None, ext=None, seed=None) -> int:
                 )
             hint += "; see kernels/exercises/layernorm_warp_reduce.cuh"
             cases += selfcheck.run(
+                f"LayerNorm forward v2, {where}",
+                yours,
+                reference,
+                _inputs,
+                device=dev,
+                seed=seed,
+                hint=hint,
+                tolerances=TOLERANCES,
+            )
+            cases += selfcheck.run(
                 f"LayerNorm forward v2 (mean, rstd) of rows with a large mean, {where}",
                 lambda *inputs: yours(*inputs)[1:],
                 _stats_reference,
@@ -113,16 +123,6 @@ def check(device=None, ext=None, seed=None) -> int:
                 shapes_=LARGE_MEAN["shapes_"],
                 dtypes=LARGE_MEAN["dtypes"],
                 hint=f"this case checks {LARGE_MEAN['why']}; {hint}",
-            )
-            cases += selfcheck.run(
-                f"LayerNorm forward v2, {where}",
-                yours,
-                reference,
-                _inputs,
-                device=dev,
-                seed=seed,
-                hint=hint,
-                tolerances=TOLERANCES,
             )
     return cases
 
