@@ -31,7 +31,8 @@ test: $(SETUP)
 	$(PY) -m pytest
 
 # On the GPU machine the parts run one at a time too (each fits a 10-minute call):
-#   test-gpu-unit   every test but the notebooks (XDIST="-n 8" where pytest-xdist is installed)
+#   test-gpu-unit   every test but the notebooks (XDIST="-n 8 --dist loadfile" where pytest-xdist is
+#                   installed: a file's tests stay in one process, as the loader's tests build on each other)
 #   test-gpu-nb     every notebook, with solutions and in learner mode (executed copies in $(OUT))
 #   test-gpu-times  the loader's edit/build times, then the benchmark suite (quick: BENCH="--quick")
 test-gpu: test-gpu-unit test-gpu-nb test-gpu-times

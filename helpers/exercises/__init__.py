@@ -83,6 +83,7 @@ class Wrong:
     edits: list[tuple[str, str]]
     part: str
     file: str | None = None  # the solution file it edits (default: the exercise's only file)
+    min_free_gib: float = 0  # free GPU memory the self-check needs to catch it (the 2^32-element case)
 
 
 def module(name: str):
@@ -155,13 +156,15 @@ def index_without_block(line: str, what: str = "elements") -> Wrong:
     )
 
 
-def index_in_32_bits(line: str) -> Wrong:
-    """The product blockIdx.x * blockDim.x in unsigned 32-bit arithmetic, widened only after it wrapped."""
+def index_in_32_bits(line: str, buffers: int) -> Wrong:
+    """The product blockIdx.x * blockDim.x in unsigned 32-bit arithmetic, widened only after it wrapped: only
+    selfcheck.large_case's 2^32-element case (`buffers` bfloat16 tensors) catches it."""
     return Wrong(
         "the index computed in 32 bits (blockIdx.x * blockDim.x is unsigned int) and only then widened: it wraps "
         "past 2^32 elements (selfcheck.large_case catches it where the GPU has the memory, as on an H100)",
         [(line, line.replace(_INDEX, "blockIdx.x * blockDim.x + threadIdx.x"))],
         "cuda",
+        min_free_gib=buffers * ((1 << 32) + 4099) * 2 / 0.8 / 2**30,
     )
 
 

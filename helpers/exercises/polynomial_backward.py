@@ -73,7 +73,7 @@ WRONG = [
     ),
     loop_one_short("for (int64_t i = 0; i < n; ++i) {"),
     index_without_block(_CUDA_INDEX),
-    index_in_32_bits(_CUDA_INDEX),
+    index_in_32_bits(_CUDA_INDEX, buffers=3),
     Wrong(
         "dy/dx without the factor 2 of 2*b*x (the derivative of b*x^2)",
         [("(3 * coeffs[0] * v + 2 * coeffs[1])", "(3 * coeffs[0] * v + coeffs[1])")],

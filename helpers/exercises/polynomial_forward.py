@@ -75,7 +75,7 @@ WRONG = [
         "cpu",
     ),
     index_without_block(_CUDA_INDEX),
-    index_in_32_bits(_CUDA_INDEX),
+    index_in_32_bits(_CUDA_INDEX, buffers=2),
     Wrong(
         "the coefficients read in reverse order (coeffs = [a, b, c, d]: a multiplies x^3)",
         [(_CUDA_HORNER, "((coeffs[3] * v + coeffs[2]) * v + coeffs[1]) * v + coeffs[0]")],

@@ -94,7 +94,7 @@ WRONG = [
         "cpu",
     ),
     index_without_block(_FWD_CUDA),
-    index_in_32_bits(_FWD_CUDA),
+    index_in_32_bits(_FWD_CUDA, buffers=2),
     Wrong(
         "backward kernel without the factor 2",
         [("from_acc<T>(2 * to_acc(x[i]) * to_acc(grad_y[i]))", "from_acc<T>(to_acc(x[i]) * to_acc(grad_y[i]))")],
