@@ -178,14 +178,6 @@ def test_long_rows_with_a_large_mean(ext, device):
     check.assert_close(y, want_y, name="y", rtol=0, atol=5e-2)
 
 
-@pytest.mark.parametrize("version", [1, 2, 3])
-def test_gradcheck(ext, device, version):
-    x = torch.randn(3, 2, 37, device=device, dtype=torch.float64, requires_grad=True)
-    w = torch.randn(37, device=device, dtype=torch.float64, requires_grad=True)
-    b = torch.randn(37, device=device, dtype=torch.float64, requires_grad=True)
-    assert check.gradcheck(lambda x, w, b: ln.layer_norm(x, w, b, ext=ext, version=version), x, w, b)
-
-
 def test_autograd_through_a_loss_with_broadcast_grad(device):
     x = torch.randn(4, 33, device=device, requires_grad=True)
     w = torch.randn(33, device=device, requires_grad=True)
@@ -212,14 +204,6 @@ def test_module_matches_nn_layernorm(device):
     ref(x).pow(2).sum().backward()
     check.assert_close(ours.weight.grad, ref.weight.grad, rtol=1e-4, atol=1e-4)
     check.assert_close(ours.bias.grad, ref.bias.grad, rtol=1e-4, atol=1e-4)
-
-
-def test_non_contiguous_input_gives_correct_result(ext, device):
-    x = torch.randn(64, 33, device=device).t()  # [33, 64], not contiguous
-    w, b = torch.randn(64, device=device), torch.randn(64, device=device)
-    assert not x.is_contiguous()
-    y, _, _ = ext.forward(x, w, b, EPS, 3)
-    check.assert_close(y, expected(x, w, b)[0])
 
 
 def test_empty_input_gives_empty_result(ext, device):
