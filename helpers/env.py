@@ -10,7 +10,7 @@ NVIDIA's pip wheels in this environment) and ``ensure_toolkit`` installs the pip
 
 Environment variables: COURSE_DEVICE=cpu (CPU mode on a GPU machine), COURSE_SOLUTIONS=1 (load the exercise
 solutions), COURSE_CACHE (the build cache), COURSE_KERNELS (build from a copy of kernels/: the benchmarks
-edit one), COURSE_PCH=0 (no precompiled torch header; see helpers/loader.py).
+edit one), COURSE_PCH=1/0 (force the precompiled torch header on/off; by default on with 4+ cores; see helpers/loader.py).
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ per edit. This loader keeps the design that makes edits cheap:
   (``PCH_HEADER``, g++ only) into ``<cache>/pch/<key>/``, keyed by compiler, flags, torch and Python
   version, beside its own compiles (which go without it); every later ``.cpp`` that includes torch
   headers is compiled with ``-include`` of it
-  (``-Winvalid-pch`` says so when a PCH cannot be used; COURSE_PCH=0 turns it off). Each PCH takes about
+  (``-Winvalid-pch`` says so when a PCH cannot be used; on by default with 4 or more cores, COURSE_PCH=1/0
+  forces it on/off). Each PCH takes about
   0.8 GB of disk: one for CPU builds, one for CUDA builds;
 * every linked module is cached under the hash of its objects, so re-running a cell or restarting the
   kernel is an import (well under a second), and undoing an edit finds the old module again;
@@ -272,8 +273,12 @@ def _includes_torch(deps: list[Path]) -> bool:
 
 
 def _pch_enabled() -> bool:
-    """g++ only (clang reads a different format); COURSE_PCH=0 turns it off."""
-    if os.environ.get("COURSE_PCH", "1").lower() in ("0", "false", "no"):
+    """g++ only (clang reads a different format). By default only with 4 or more cores: building it costs about
+    30 CPU s beside the first op's compiles, which 16 cores absorb (a further op's first build 39 -> 24 s on the
+    H100 machine) but 2 cores do not (Colab's: the first op 22 -> 43 s, later ops no faster; measured
+    2026-11-24, results/*/loader_times.json). COURSE_PCH=1 or 0 forces it on or off."""
+    choice = os.environ.get("COURSE_PCH", "").lower()
+    if choice in ("0", "false", "no") or (not choice and (os.cpu_count() or 1) < 4):
         return False
     ident = _compiler_id(_cxx()).lower()
     return ident not in ("missing", "unknown") and "clang" not in ident
