@@ -5,6 +5,7 @@
 //   check_same_device(t, "c", x, "x")                                               (RuntimeError)
 //   check_same_dtype(t, "c", x, "x")                                                (TypeError)
 //   check_shape(t, "c", {4})                                                        (ValueError)
+//   on_cpu<K>(f, {x, ...})         an exercise's float/double CPU loop on any of the 4 dtypes
 //   check_version(v, 3)             an op's `version` argument is 1..3                 (ValueError)
 //   check_choice(s, "kernel", names) an enum value by its name in {value, "name"} pairs (ValueError)
 //   shape_str(t.sizes())            "[3, 4]", for messages (see below: no ostream for numbers)
@@ -19,8 +20,10 @@
 #include <ATen/OpMathType.h>
 #include <torch/extension.h>
 
+#include <initializer_list>
 #include <string>
 #include <utility>
+#include <vector>
 
 inline void check_floating(const at::Tensor& t, const char* name) {
   TORCH_CHECK_VALUE(t.defined(), name, " must be a tensor, got None");
@@ -75,6 +78,25 @@ E check_choice(const std::string& value, const char* name, const std::pair<E, co
 
 inline at::ScalarType acc_dtype(const at::Tensor& t) {
   return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
+// An exercise's Part 1 loop (written for float and double, torch-free) on CPU tensors of any of the 4 dtypes:
+// float and double as they are, float16 and bfloat16 converted to float and the result converted back (their
+// math is in float anyway, so the bits are those of computing from the half values and rounding once).
+// `f(inputs..., output, n)` with K = 1 or 2 elementwise inputs; the output is shaped like the first.
+template <int K, typename F>
+at::Tensor on_cpu(F f, std::initializer_list<at::Tensor> inputs) {
+  const at::ScalarType type = inputs.begin()->scalar_type();
+  std::vector<at::Tensor> in;
+  for (const auto& t : inputs) in.push_back(t.to(acc_dtype(t)).contiguous());
+  at::Tensor out = at::empty_like(in[0]);
+  AT_DISPATCH_FLOATING_TYPES(out.scalar_type(), "on_cpu", [&] {
+    if constexpr (K == 1)
+      f(in[0].data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), out.numel());
+    else
+      f(in[0].data_ptr<scalar_t>(), in[1].data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), out.numel());
+  });
+  return out.to(type);
 }
 
 inline void check_cuda_built(const at::Tensor& t, const char* name) {

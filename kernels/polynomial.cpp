@@ -15,6 +15,7 @@
 // declared in polynomial.h). This file never includes an exercise, so editing one rebuilds in seconds.
 #include <ATen/Parallel.h>
 
+#include <type_traits>
 #include <vector>
 
 #include "checks.h"
@@ -71,29 +72,24 @@ void backward_v2_cpu(const T* gy, const T* x, const acc_t* c, T* gx, acc_t* gc, 
   }
 }
 
-// Version 1 on the CPU is the exercises' Part 1, written for float and double (polynomial_cpu.h):
-// float16 and bfloat16 go through float. The math is in float for them anyway, so the result has the
-// same bits as computing from the half values in float and rounding once.
+// Version 1 on the CPU is the exercises' Part 1, written for float and double (polynomial_cpu.h); checks.h's
+// on_cpu runs it on float16 and bfloat16 through float. coeffs is already in the math dtype.
 at::Tensor forward_v1_cpu(const at::Tensor& x, const at::Tensor& coeffs) {
-  const at::Tensor xa = x.to(acc_dtype(x));
-  at::Tensor ya = at::empty_like(xa);
-  if (xa.scalar_type() == at::kDouble)
-    poly_forward_v1_cpu(xa.data_ptr<double>(), coeffs.data_ptr<double>(), ya.data_ptr<double>(), xa.numel());
-  else
-    poly_forward_v1_cpu(xa.data_ptr<float>(), coeffs.data_ptr<float>(), ya.data_ptr<float>(), xa.numel());
-  return ya.to(x.scalar_type());
+  return on_cpu<1>(
+      [&](const auto* a, auto* y, int64_t n) {
+        using T = std::remove_const_t<std::remove_pointer_t<decltype(a)>>;
+        poly_forward_v1_cpu(a, coeffs.data_ptr<T>(), y, n);
+      },
+      {x});
 }
 
 at::Tensor backward_v1_cpu(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& coeffs) {
-  const at::Tensor ga = grad_y.to(acc_dtype(x)), xa = x.to(acc_dtype(x));
-  at::Tensor gxa = at::empty_like(xa);
-  if (xa.scalar_type() == at::kDouble)
-    poly_backward_v1_cpu(ga.data_ptr<double>(), xa.data_ptr<double>(), coeffs.data_ptr<double>(),
-                         gxa.data_ptr<double>(), xa.numel());
-  else
-    poly_backward_v1_cpu(ga.data_ptr<float>(), xa.data_ptr<float>(), coeffs.data_ptr<float>(),
-                         gxa.data_ptr<float>(), xa.numel());
-  return gxa.to(x.scalar_type());
+  return on_cpu<2>(
+      [&](const auto* g, const auto* a, auto* gx, int64_t n) {
+        using T = std::remove_const_t<std::remove_pointer_t<decltype(a)>>;
+        poly_backward_v1_cpu(g, a, coeffs.data_ptr<T>(), gx, n);
+      },
+      {grad_y, x});
 }
 
 // Checks shared by forward and backward; returns coeffs as a contiguous tensor of the math dtype.

@@ -18,24 +18,6 @@ namespace {
 
 constexpr int64_t kDefaultVersion = 2;
 
-// Your Part 1 loop on a CPU tensor of any of the 4 dtypes: float and double as they are, float16 and
-// bfloat16 converted to float and the result converted back. `f(inputs..., output, n)` for K inputs.
-template <int K, typename F>
-at::Tensor on_cpu(F f, std::initializer_list<at::Tensor> inputs) {
-  const at::ScalarType type = inputs.begin()->scalar_type();
-  const at::ScalarType math = type == at::kDouble ? at::kDouble : at::kFloat;
-  std::vector<at::Tensor> in;
-  for (const auto& t : inputs) in.push_back(t.to(math));
-  at::Tensor out = at::empty_like(in[0]);
-  AT_DISPATCH_FLOATING_TYPES(math, "square_cpu", [&] {
-    if constexpr (K == 1)
-      f(in[0].data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), out.numel());
-    else
-      f(in[0].data_ptr<scalar_t>(), in[1].data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), out.numel());
-  });
-  return out.to(type);
-}
-
 }  // namespace
 
 at::Tensor forward(const at::Tensor& x_in, int64_t version) {
