@@ -257,22 +257,3 @@ def train(model: nn.Module, x, y, *, steps: int = 150, batch: int = 256, lr: flo
 def _sync(t):
     if t.is_cuda:
         torch.cuda.synchronize()
-
-
-def wall_us(fn, n: int = 300, repeat: int = 3) -> float:
-    """Microseconds per call of fn() by the wall clock, GPU work included (best of `repeat` runs of n
-    calls): on small tensors, the CPU time around the kernels (Python, autograd, launches), which
-    GPU-event timings do not see."""
-    cuda = torch.cuda.is_available()
-    fn()
-    best = float("inf")
-    for _ in range(repeat):
-        if cuda:
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(n):
-            fn()
-        if cuda:
-            torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - start) / n * 1e6)
-    return best
