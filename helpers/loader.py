@@ -259,6 +259,7 @@ PCH_HEADER = """\
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 #include <torch/autograd.h>
+#include <torch/library.h>
 #ifdef WITH_CUDA
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "checks.h"
+#include "library.h"
 #include "polynomial_cpu.h"
 
 #ifdef WITH_CUDA
@@ -172,26 +173,79 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_y_in, const at::Tensor& 
   return {grad_x, grad_coeffs};
 }
 
+// ---------------------------------------------------------------------------------------------------
+// The op as a real PyTorch op (lesson 04): course::polynomial and its backward, with CPU and CUDA kernels
+// (the functions above: one per device key, as they handle both), and an Autograd kernel, so
+// torch.ops.course.polynomial is differentiable without Python. helpers/ops/polynomial.py registers
+// what torch.compile needs (the fake kernels).
+// ---------------------------------------------------------------------------------------------------
+
+// The registered kernels: version 2, and the coefficient gradient always (an empty [0] tensor when not
+// needed: a schema's outputs are tensors, never None).
+at::Tensor polynomial_kernel(const at::Tensor& x, const at::Tensor& coeffs) { return forward(x, coeffs, 2); }
+
+std::tuple<at::Tensor, at::Tensor> polynomial_backward_kernel(const at::Tensor& grad_y, const at::Tensor& x,
+                                                              const at::Tensor& coeffs,
+                                                              bool need_coeffs_grad) {
+  auto out = backward(grad_y, x, coeffs, need_coeffs_grad, 2);
+  at::Tensor grad_coeffs =
+      need_coeffs_grad ? out[1].to(coeffs.scalar_type()) : at::empty({0}, coeffs.options());
+  return {out[0], grad_coeffs};
+}
+
+// forward and backward call the ops through the dispatcher, below the Autograd key, rather than the
+// functions above: under torch.compile the tensors are fake, and the dispatcher sends them to the fake
+// kernels instead of ours.
 class PolynomialFunction : public torch::autograd::Function<PolynomialFunction> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
                             const at::Tensor& coeffs) {
     ctx->save_for_backward({x, coeffs});
-    return ::forward(x, coeffs, 2);
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    static const auto poly = op<decltype(polynomial_kernel)>("polynomial");
+    return poly.call(x, coeffs);
   }
 
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
                                                torch::autograd::tensor_list grads) {
     const auto saved = ctx->get_saved_variables();
     const bool need_coeffs = ctx->needs_input_grad(1);
-    auto out = ::backward(grads[0], saved[0], saved[1], need_coeffs, 2);
-    at::Tensor grad_coeffs = need_coeffs ? out[1].to(saved[1].scalar_type()) : at::Tensor();
-    return {ctx->needs_input_grad(0) ? out[0] : at::Tensor(), grad_coeffs};
+    static const auto poly_backward = op<decltype(polynomial_backward_kernel)>("polynomial_backward");
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    auto [grad_x, grad_coeffs] = poly_backward.call(grads[0], saved[0], saved[1], need_coeffs);
+    return once_differentiable(
+        "polynomial",
+        {ctx->needs_input_grad(0) ? grad_x : at::Tensor(), need_coeffs ? grad_coeffs : at::Tensor()},
+        {grads[0], saved[0], saved[1]});
   }
 };
 
-at::Tensor polynomial(const at::Tensor& x, const at::Tensor& coeffs) {
+at::Tensor polynomial_autograd(const at::Tensor& x, const at::Tensor& coeffs) {
   return PolynomialFunction::apply(x, coeffs);
+}
+
+COURSE_LIBRARY(m) {
+  define(m, "polynomial(Tensor x, Tensor coeffs) -> Tensor");
+  define(m,
+         "polynomial_backward(Tensor grad_y, Tensor x, Tensor coeffs, bool need_coeffs_grad) -> (Tensor, "
+         "Tensor)");
+}
+TORCH_LIBRARY_IMPL(course, CPU, m) {
+  m.impl("polynomial", &polynomial_kernel);
+  m.impl("polynomial_backward", &polynomial_backward_kernel);
+}
+#ifdef WITH_CUDA
+TORCH_LIBRARY_IMPL(course, CUDA, m) {
+  m.impl("polynomial", &polynomial_kernel);
+  m.impl("polynomial_backward", &polynomial_backward_kernel);
+}
+#endif
+TORCH_LIBRARY_IMPL(course, Autograd, m) { m.impl("polynomial", &polynomial_autograd); }
+
+// Lessons 01-03 call the op through this pybind11 module: polynomial() is the same differentiable op.
+at::Tensor polynomial(const at::Tensor& x, const at::Tensor& coeffs) {
+  static const auto poly = op<decltype(polynomial_kernel)>("polynomial");
+  return poly.call(x, coeffs);
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {

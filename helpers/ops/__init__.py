@@ -1,5 +1,14 @@
 """The course's finished ops, one module per lesson (helpers/ops/<kernel name>.py), for later lessons,
-tests and benchmarks: each has a plain-PyTorch `reference` and the autograd-wrapped op the lesson builds."""
+tests and benchmarks: each has a plain-PyTorch `reference` and the op the lesson builds.
+
+From lesson 04 on they are real PyTorch ops, registered with torch.library in the namespace `course`:
+the schema and the CPU, CUDA and Autograd kernels in C++ (kernels/NAME.cpp, see kernels/library.h), and
+here what only Python can add: the fake kernels torch.compile traces with, and autocast rules.
+
+    from helpers.ops import polynomial       # importing registers nothing and builds nothing;
+    polynomial.polynomial(x, coeffs)         # the first call builds/loads the op and registers it,
+    torch.ops.course.polynomial(x, coeffs)   # after which torch.ops has it too
+"""
 
 from __future__ import annotations
 
@@ -7,8 +16,26 @@ import functools
 
 from .. import loader
 
+NAMESPACE = "course"
+
 
 @functools.cache
 def extension(name: str):
-    """Build/load kernels/NAME once per process (solutions or your files, as COURSE_SOLUTIONS says)."""
+    """Build/load kernels/NAME once per process (solutions or your files, as COURSE_SOLUTIONS says).
+    Loading it defines its ops in torch.ops.course (the C++ side registers them as the library loads)."""
     return loader.load(name)
+
+
+def once(register):
+    """Decorator: `register()` (load an op's extension, then add its Python registrations) runs once per
+    process, however often it is called, so re-running a cell or re-importing never registers twice
+    (a second register_fake for the same op raises)."""
+    done = []
+
+    @functools.wraps(register)
+    def wrapper():
+        if not done:
+            register()
+            done.append(True)
+
+    return wrapper

@@ -1,10 +1,32 @@
-"""Lesson 01's op, y = a*x^3 + b*x^2 + c*x + d: the autograd wrapper the notebook builds step by step."""
+"""Lesson 01's op, y = a*x^3 + b*x^2 + c*x + d: the autograd wrapper the notebook builds step by step,
+and (lesson 04) the real PyTorch op torch.ops.course.polynomial.
+
+    y = polynomial(x, coeffs)             # torch.ops.course.polynomial: autograd in C++, torch.compile-able
+    y = polynomial(x, coeffs, version=1)  # lesson 01's Python autograd.Function over forward v1
+"""
 
 from __future__ import annotations
 
 import torch
 
-from . import extension
+from . import extension, once
+
+
+@once
+def register() -> None:
+    """Load the op (its C++ side defines course::polynomial and course::polynomial_backward with CPU, CUDA
+    and Autograd kernels) and register its fake kernels: what torch.compile runs instead of ours while
+    tracing, to learn each output's shape, dtype and strides without computing anything."""
+    extension("polynomial")
+
+    @torch.library.register_fake("course::polynomial")
+    def _(x, coeffs):
+        torch._check(coeffs.shape == (4,), lambda: f"coeffs must have shape [4], got {list(coeffs.shape)}")
+        return x.new_empty(x.shape)  # contiguous, like the kernel's output
+
+    @torch.library.register_fake("course::polynomial_backward")
+    def _(grad_y, x, coeffs, need_coeffs_grad):
+        return x.new_empty(x.shape), coeffs.new_empty((4,) if need_coeffs_grad else (0,))
 
 
 def reference(x: torch.Tensor, coeffs: torch.Tensor) -> torch.Tensor:
@@ -33,12 +55,15 @@ class Polynomial(torch.autograd.Function):
 def polynomial(x: torch.Tensor, coeffs: torch.Tensor, *, ext=None, version: int = 2) -> torch.Tensor:
     """y = a*x^3 + b*x^2 + c*x + d with coeffs = [a, b, c, d]; differentiable in x and coeffs.
 
-    Version 2 uses the extension's C++ autograd Function (least CPU time per call); version 1 goes
-    through the Python `Polynomial` Function with forward v1."""
-    ext = ext or extension("polynomial")
+    Version 2 is torch.ops.course.polynomial (autograd in C++: the least CPU time per call; works under
+    torch.compile). Version 1 goes through the Python `Polynomial` Function with forward v1; `ext` (a module
+    from loader.load) runs that module's kernels through the same Function."""
     if version == 2:
-        return ext.polynomial(x, coeffs)
-    return Polynomial.apply(x, coeffs, ext, version)
+        if ext is not None:  # that module's binding: the same registered op, called from C++
+            return ext.polynomial(x, coeffs)
+        register()
+        return torch.ops.course.polynomial(x, coeffs)
+    return Polynomial.apply(x, coeffs, ext or extension("polynomial"), version)
 
 
 def polynomial_python(x: torch.Tensor, coeffs: torch.Tensor, *, ext=None) -> torch.Tensor:

@@ -1,0 +1,86 @@
+// kernels/library.h: registering the course's ops with torch.library from C++ (lesson 04), so that
+// torch.ops.course.<op> works, torch.compile sees the op, and autograd runs without Python.
+//
+//   COURSE_LIBRARY(m) { define(m, "polynomial(Tensor x, Tensor coeffs) -> Tensor"); }  the schemas
+//   TORCH_LIBRARY_IMPL(course, CPU, m) { m.impl("polynomial", &forward); }          the kernels, as usual
+//   op<Signature>("polynomial").call(x, coeffs)   call an op through the dispatcher (an autograd
+//                                                 Function's forward/backward, below the Autograd key)
+//
+// Why not TORCH_LIBRARY(course, m)? It may appear once per namespace in a process, and every op lives in
+// the one namespace "course"; so each op's file adds a fragment. And a notebook rebuilds an op after an
+// edit and loads the new .so into the same process: a second m.def of the same schema throws while the
+// library loads, where nothing can catch it, and the Jupyter kernel dies (pytorch#80865). define() skips
+// a schema that an earlier build of the op already defined; the new build's TORCH_LIBRARY_IMPL kernels
+// then replace the old ones (PyTorch warns once, "Overriding a previously registered kernel"), so the
+// edited kernel is the one torch.ops calls. A changed schema needs a restart: define() says so.
+#pragma once
+
+#include <torch/autograd.h>
+#include <torch/library.h>
+
+#include <string>
+
+#define COURSE_NAMESPACE "course"
+#define COURSE_LIBRARY(m) TORCH_LIBRARY_FRAGMENT(course, m)
+
+// m.def(schema) unless this process already has the op (from an earlier build of the same op).
+inline void define(torch::Library& m, const char* schema) {
+  const std::string text(schema);
+  const std::string name = std::string(COURSE_NAMESPACE "::") + text.substr(0, text.find('('));
+  const auto existing = c10::Dispatcher::singleton().findSchema({name, ""});
+  if (!existing) {
+    m.def(schema);
+    return;
+  }
+  const std::string now = c10::toString(existing->schema());
+  const std::string full = std::string(COURSE_NAMESPACE "::") + text;
+  if (now != c10::toString(torch::schema(full.c_str())))  // we cannot throw here: we are inside dlopen
+    TORCH_WARN(name, "'s schema changed since it was first loaded in this process (was ", now, ", now ",
+               schema, "): restart the Python process (Jupyter: Kernel > Restart) to use the new one");
+}
+
+// The op `name` of the course namespace as a typed handle: op<at::Tensor(const at::Tensor&)>("square").
+template <typename Signature>
+c10::TypedOperatorHandle<Signature> op(const char* name) {
+  return c10::Dispatcher::singleton()
+      .findSchemaOrThrow((std::string(COURSE_NAMESPACE "::") + name).c_str(), "")
+      .typed<Signature>();
+}
+
+// What an autograd Function's backward returns: the gradients, and when the backward is itself being
+// recorded (create_graph=True, for a second derivative), the gradients passed through a node whose own
+// backward raises, naming the op. Its inputs include the forward's inputs, so any second derivative with
+// respect to them reaches it. Without it, a second derivative through our backward kernel (which autograd
+// does not see into) would be silently zero, as it would with Python's @once_differentiable.
+struct NoDoubleBackward : torch::autograd::Function<NoDoubleBackward> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, at::TensorList grads,
+                                                at::TensorList inputs, const std::string& name) {
+    ctx->saved_data["name"] = name;
+    return grads.vec();
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list) {
+    TORCH_CHECK(false, "course::", ctx->saved_data["name"].toStringRef(),
+                " has no double backward: its backward kernel is not differentiable (a second derivative, "
+                "e.g. gradgradcheck or create_graph=True then grad again, is not supported)");
+    return {};
+  }
+};
+
+inline torch::autograd::variable_list once_differentiable(const char* op_name,
+                                                          torch::autograd::variable_list grads,
+                                                          torch::autograd::variable_list inputs) {
+  if (!at::GradMode::is_enabled()) return grads;
+  bool any = false;
+  for (const auto& t : inputs) any = any || (t.defined() && t.requires_grad());
+  if (!any) return grads;
+  std::vector<bool> defined;
+  for (auto& g : grads) {
+    defined.push_back(g.defined());
+    if (!g.defined()) g = at::empty({0});  // Function::apply takes defined tensors in a list
+  }
+  auto out = NoDoubleBackward::apply(at::TensorList(grads), at::TensorList(inputs), std::string(op_name));
+  for (size_t i = 0; i < out.size(); ++i)
+    if (!defined[i]) out[i] = at::Tensor();
+  return out;
+}
