@@ -1,0 +1,148 @@
+"""Every course op on any GPU of the machine, not just the current one (needs 2 GPUs; skips otherwise).
+
+The usual bug: a kernel launched on the *current* device (or its stream) instead of the device of its
+tensors. With one GPU the two are always the same, so only a second GPU shows it. For every op, forward
+and backward, every dtype, with the tensors on one GPU while the other is current:
+  * the results equal those computed with the tensors' GPU current (same kernels: bit for bit);
+  * nothing is allocated on the other GPU;
+  * the work goes on PyTorch's current stream *of the tensors' device*: a side stream made current there
+    first writes the input (after a delay), so a launch on any other stream reads the old input;
+and tensors on two different GPUs get a clear error naming the argument.
+The DDP run (two processes, NCCL) is tests/ddp_train.py, run from here.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from helpers.ops import fused_bias_relu as fbr
+from helpers.ops import layernorm as ln
+from helpers.ops import polynomial as poly
+
+from .conftest import load_solutions
+
+GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
+pytestmark = pytest.mark.skipif(GPUS < 2, reason=f"needs 2 GPUs (this machine has {GPUS})")
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+
+
+def _poly(x, c):
+    return poly.polynomial(x, c)
+
+
+def _fbr(x, b):
+    return fbr.fused_bias_relu(x, b, 1.5)
+
+
+def _ln(x, w, b):
+    return ln.layer_norm(x, w, b, 1e-5)
+
+
+# op name -> (shapes of its tensor arguments, the call)
+OPS = {
+    "polynomial": ([(4099,), (4,)], _poly),
+    "fused_bias_relu": ([(67, 129), (129,)], _fbr),
+    "layernorm": ([(37, 1000), (1000,), (1000,)], _ln),
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _built():
+    for name in OPS:  # build once, with the solutions, before any test times or counts memory
+        load_solutions(name)
+
+
+def _inputs(name, device, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(s, generator=g, dtype=torch.float64).to(device=device, dtype=dtype) for s in OPS[name][0]]
+
+
+def _run(name, args):
+    """Forward and backward: the output and every input's gradient, on the CPU."""
+    args = [a.detach().requires_grad_() for a in args]
+    y = OPS[name][1](*args)
+    grad_y = torch.linspace(-1, 1, y.numel(), device=y.device, dtype=torch.float64).reshape(y.shape).to(y.dtype)
+    grads = torch.autograd.grad(y, args, grad_y)
+    return [t.detach().cpu() for t in (y, *grads)]
+
+
+def _same(got, want):
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)  # the same kernels on the same data: bit for bit
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", OPS)
+@pytest.mark.parametrize("where,current", [(1, 0), (0, 1)])
+def test_op_runs_on_its_tensors_gpu_not_the_current_one(name, dtype, where, current):
+    with torch.cuda.device(where):
+        want = _run(name, _inputs(name, f"cuda:{where}", dtype))
+    torch.cuda.synchronize(where)
+    with torch.cuda.device(current):
+        before = torch.cuda.memory_allocated(current)
+        args = _inputs(name, f"cuda:{where}", dtype)
+        got = _run(name, args)
+        torch.cuda.synchronize(current)
+        after = torch.cuda.memory_allocated(current)
+    _same(got, want)
+    assert after == before, f"{name} allocated {after - before} bytes on cuda:{current}, the current device"
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_op_uses_the_current_stream_of_its_tensors_device(name):
+    where, current = 1, 0
+    dtype = torch.float32
+    fresh = _inputs(name, f"cuda:{where}", dtype, seed=1)
+    with torch.cuda.device(where):
+        want = _run(name, fresh)
+    side = torch.cuda.Stream(device=where)
+    old_device = torch.cuda.current_device()
+    try:
+        torch.cuda.set_device(where)
+        torch.cuda.set_stream(side)  # the current stream of cuda:1 is now `side` ...
+        torch.cuda.set_device(current)  # ... while cuda:0 is the current device
+        assert torch.cuda.current_stream(where) == side
+        args = _inputs(name, f"cuda:{where}", dtype, seed=0)
+        torch.cuda.synchronize(where)
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(50_000_000)  # ~25 ms of GPU time on `side`, then the new input
+            for a, f in zip(args, fresh):
+                a.copy_(f)
+        got = _run(name, args)  # must queue behind the copy on `side`; another stream reads the old input
+        side.synchronize()
+        torch.cuda.synchronize(where)
+    finally:
+        torch.cuda.set_device(where)
+        torch.cuda.set_stream(torch.cuda.default_stream(where))
+        torch.cuda.set_device(old_device)
+    _same(got, want)
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_tensors_on_two_gpus_get_a_clear_error(name):
+    args = _inputs(name, "cuda:0", torch.float32)
+    args[1] = args[1].to("cuda:1")
+    second = {"polynomial": "coeffs", "fused_bias_relu": "bias", "layernorm": "weight"}[name]
+    with pytest.raises(RuntimeError, match=rf"{second} must be on the same device as x \(cuda:0\), got cuda:1"):
+        OPS[name][1](*args)
+
+
+def test_ddp_training_with_the_course_ops_matches_native(tmp_path):
+    """tests/ddp_train.py: two processes, NCCL, the lesson 02 and 03 models with the course's ops in place
+    of the native layers: the loss curves match the native models' on both ranks."""
+    out = tmp_path / "ddp.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.ddp_train", "--out", str(out)], capture_output=True, text=True, timeout=900
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    print(json.dumps(result["summary"], indent=1))
+    for model, r in result["summary"].items():
+        assert r["largest_relative_gap"] < 1e-2, f"{model}: {r}"
+        assert r["ranks_agree"], f"{model}: the ranks' parameters differ after training"
