@@ -149,10 +149,20 @@ inline void check_not_0d(const at::Tensor& t, const char* name) {
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 // OnDevice on(x): the device guard of x's GPU, and PyTorch's current stream there (on.stream) for launches.
+// Without it, a launch goes to the *current* GPU, whatever GPU x is on. Built with -DCOURSE_NO_DEVICE_GUARD
+// (only helpers/multigpu.py's demonstration does), it makes that mistake on purpose: no guard, and the
+// current device's stream.
+#ifndef COURSE_NO_DEVICE_GUARD
 struct OnDevice {
   c10::cuda::CUDAGuard guard;
   cudaStream_t stream;
   explicit OnDevice(const at::Tensor& t)
       : guard(t.device()), stream(c10::cuda::getCurrentCUDAStream(t.device().index()).stream()) {}
 };
+#else
+struct OnDevice {
+  cudaStream_t stream;
+  explicit OnDevice(const at::Tensor&) : stream(c10::cuda::getCurrentCUDAStream().stream()) {}
+};
+#endif
 #endif

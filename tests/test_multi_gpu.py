@@ -20,6 +20,7 @@ import sys
 import pytest
 import torch
 
+from helpers import multigpu
 from helpers.ops import fused_bias_relu as fbr
 from helpers.ops import layernorm as ln
 from helpers.ops import polynomial as poly
@@ -27,7 +28,7 @@ from helpers.ops import polynomial as poly
 from .conftest import load_solutions
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
-pytestmark = pytest.mark.skipif(GPUS < 2, reason=f"needs 2 GPUs (this machine has {GPUS})")
+two_gpus = pytest.mark.skipif(GPUS < 2, reason=f"needs 2 GPUs (this machine has {GPUS})")
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 
@@ -52,7 +53,7 @@ OPS = {
 }
 
 
-@pytest.fixture(scope="module", autouse=True)
+@pytest.fixture(scope="module")
 def _built():
     for name in OPS:  # build once, with the solutions, before any test times or counts memory
         load_solutions(name)
@@ -77,6 +78,8 @@ def _same(got, want):
         torch.testing.assert_close(g, w, rtol=0, atol=0)  # the same kernels on the same data: bit for bit
 
 
+@two_gpus
+@pytest.mark.usefixtures("_built")
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("name", OPS)
 @pytest.mark.parametrize("where,current", [(1, 0), (0, 1)])
@@ -94,6 +97,8 @@ def test_op_runs_on_its_tensors_gpu_not_the_current_one(name, dtype, where, curr
     assert after == before, f"{name} allocated {after - before} bytes on cuda:{current}, the current device"
 
 
+@two_gpus
+@pytest.mark.usefixtures("_built")
 @pytest.mark.parametrize("name", OPS)
 def test_op_uses_the_current_stream_of_its_tensors_device(name):
     where, current = 1, 0
@@ -124,6 +129,8 @@ def test_op_uses_the_current_stream_of_its_tensors_device(name):
     _same(got, want)
 
 
+@two_gpus
+@pytest.mark.usefixtures("_built")
 @pytest.mark.parametrize("name", OPS)
 def test_tensors_on_two_gpus_get_a_clear_error(name):
     args = _inputs(name, "cuda:0", torch.float32)
@@ -133,6 +140,7 @@ def test_tensors_on_two_gpus_get_a_clear_error(name):
         OPS[name][1](*args)
 
 
+@two_gpus
 def test_ddp_training_with_the_course_ops_matches_native(tmp_path):
     """tests/ddp_train.py: two processes, NCCL, the lesson 02 and 03 models with the course's ops in place
     of the native layers: the loss curves match the native models' on both ranks."""
@@ -146,3 +154,14 @@ def test_ddp_training_with_the_course_ops_matches_native(tmp_path):
     for model, r in result["summary"].items():
         assert r["largest_relative_gap"] < 1e-2, f"{model}: {r}"
         assert r["ranks_agree"], f"{model}: the ranks' parameters differ after training"
+
+
+@two_gpus
+def test_missing_guard_demo_shows_the_kernel_going_to_the_wrong_gpu():
+    msg = multigpu.missing_guard_demo()
+    assert not msg.startswith("skipped") and "child process died" not in msg, msg
+
+
+@pytest.mark.skipif(GPUS >= 2, reason="the explanation is for machines with fewer than 2 GPUs")
+def test_missing_guard_demo_explains_itself_with_fewer_than_two_gpus():
+    assert multigpu.missing_guard_demo().startswith(f"skipped: this machine has {GPUS} GPU(s)")
