@@ -10,7 +10,20 @@
 //       mask: forward_mask's bool mask, forward_bits' bits, or the output y (relu'(z) = 1 exactly where y >
 //       0); version 3 (y only): grad_bias by your bias_grad exercise (kernels/exercises/bias_grad.cuh)
 //   fused_bias_relu(x, bias, scale, save_bits=True) -> y   differentiable: a C++ torch::autograd::Function
-//                                                      saving the bits, or y (helpers' fused_bias_relu)
+//                                                      saving the bits (the registered op below), or y
+//
+// Lesson 04: the same op registered with torch.library (namespace course, kernels/library.h), so that
+// torch.ops.course.<op> works, torch.compile sees it and autograd runs without Python:
+//   course::fused_bias_relu(x, bias, scale) -> y                 differentiable (Autograd kernel: the
+//                                                                 Function below, saving the bits)
+//   course::fused_bias_relu_bits(x, bias, scale) -> (y, bits)    forward_bits
+//   course::fused_bias_relu_backward_bits(grad_y, bits, scale, need_bias_grad) -> (grad_x, grad_bias)
+//                                                                 bits: forward_bits' bits, or the output y
+//   course::fused_bias_relu_(x, bias, scale) -> ()               in place, differentiable (mark_dirty)
+// helpers/ops/fused_bias_relu.py registers their fake kernels. Like native torch.relu(x * scale + bias),
+// course::fused_bias_relu promotes mixed floating dtypes (bfloat16 x, float32 bias -> float32 y) and the
+// in-place op rounds into x's dtype; the lesson 02 functions above (and _bits, _backward_bits) take one
+// dtype.
 //
 // x is [..., C] of float32/float64/float16/bfloat16, bias is [C] of the same dtype on the same device,
 // scale is a Python float. The math runs in float32 (float64 for float64); grad_bias is the sum over
@@ -21,6 +34,7 @@
 // bias_shape_problem (check_bias's message) and backward v3's grad_bias (bias_grad_cpu, fbr_bias_grad_v3).
 #include <ATen/Parallel.h>
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/functions/utils.h>  // set_history
 
 #include <algorithm>
 #include <cstdint>
@@ -28,6 +42,7 @@
 #include <vector>
 
 #include "checks.h"
+#include "library.h"
 
 #ifdef WITH_CUDA
 #include "fused_bias_relu.h"  // the launchers
@@ -314,23 +329,41 @@ std::vector<at::Tensor> forward_bits(const at::Tensor& x_in, const at::Tensor& b
   return {y, bits};
 }
 
+namespace {
+
+// Two tensors of different floating dtypes (what native type promotion widens; the kernels take one).
+bool floating_pair(const at::Tensor& x, const at::Tensor& bias) {
+  return x.defined() && bias.defined() && x.scalar_type() != bias.scalar_type() &&
+         at::isFloatingType(x.scalar_type()) && at::isFloatingType(bias.scalar_type());
+}
+
+// y written over x, nothing else: the registered in-place kernel (course::fused_bias_relu_). A bias of
+// another floating dtype is rounded to x's first: x keeps its dtype, as with native in-place ops.
+void overwrite(at::Tensor& x, const at::Tensor& bias_in, double scale) {
+  const at::Tensor bias_x = floating_pair(x, bias_in) ? bias_in.to(x.scalar_type()) : bias_in;
+  check_bias(x, bias_x);
+  const at::Tensor bias = bias_x.contiguous();
+  if (x.is_contiguous()) {
+    forward_into(x, bias, scale, x, nullptr, kDefaultVersion);
+  } else {
+    at::Tensor y = at::empty(x.sizes(), x.options());
+    forward_into(x.contiguous(), bias, scale, y, nullptr, kDefaultVersion);
+    x.copy_(y);
+  }
+}
+
+}  // namespace
+
 // In place, like torch's own `relu_`: x is overwritten and its version counter goes up, so autograd
 // notices if x was saved for some backward. Differentiable only through an autograd Function that
 // calls ctx.mark_dirty(x) (helpers/ops/fused_bias_relu.py), hence the check on requires_grad.
-at::Tensor forward_(at::Tensor& x, const at::Tensor& bias_in, double scale) {
-  check_bias(x, bias_in);
+at::Tensor forward_(at::Tensor& x, const at::Tensor& bias, double scale) {
+  check_bias(x, bias);
   TORCH_CHECK(
       !(at::GradMode::is_enabled() && x.requires_grad()),
       "forward_ writes into x, which requires grad: autograd would not see the change. Call it from an "
       "autograd Function that marks x dirty (fused_bias_relu_ in helpers/ops/fused_bias_relu.py)");
-  const at::Tensor bias = bias_in.contiguous();
-  if (x.is_contiguous()) {
-    forward_into(x, bias, scale, x, nullptr, kDefaultVersion);
-  } else {
-    at::Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
-    forward_into(x.contiguous(), bias, scale, y, nullptr, kDefaultVersion);
-    x.copy_(y);
-  }
+  overwrite(x, bias, scale);
   torch::autograd::impl::bump_version(x);
   return x;
 }
@@ -364,38 +397,258 @@ std::vector<at::Tensor> backward_from_mask(const at::Tensor& grad_y, const at::T
   return backward_from(grad_y, mask, kind, at::Tensor(), scale, need_bias_grad, version);
 }
 
+// ---------------------------------------------------------------------------------------------------
+// The op as a real PyTorch op (lesson 04). The CPU and CUDA kernels are the functions above (they handle
+// both devices); the Autograd kernels are the C++ autograd Functions below, which call the ops through
+// the dispatcher below the Autograd key: under torch.compile the tensors are fake, and the dispatcher
+// sends them to the fake kernels (helpers/ops/fused_bias_relu.py) instead of ours.
+// ---------------------------------------------------------------------------------------------------
+
+namespace {
+
+// Native type promotion of two floating dtypes (torch.relu(x * scale + bias) with bfloat16 x and a float32
+// bias is float32): both in the wider one. Anything else (an integer tensor) is left to check_bias.
+at::ScalarType wider(const at::Tensor& x, const at::Tensor& bias) {
+  return c10::promoteTypes(x.scalar_type(), bias.scalar_type());
+}
+
+// The registered kernels. course::fused_bias_relu: the forward alone (no mask: nothing to save when
+// autograd is not recording), mixed dtypes promoted as native does.
+at::Tensor fused_bias_relu_kernel(const at::Tensor& x, const at::Tensor& bias, double scale) {
+  if (floating_pair(x, bias))
+    return forward(x.to(wider(x, bias)), bias.to(wider(x, bias)), scale, kDefaultVersion);
+  return forward(x, bias, scale, kDefaultVersion);
+}
+
+std::tuple<at::Tensor, at::Tensor> fused_bias_relu_bits_kernel(const at::Tensor& x, const at::Tensor& bias,
+                                                               double scale) {
+  auto out = forward_bits(x, bias, scale);
+  return {out[0], out[1]};
+}
+
+// `bits` as backward_from_mask takes it: forward_bits' int32 bits, or the output y (what the in-place op
+// keeps). grad_bias always: an empty [0] tensor when not needed (a schema's outputs are tensors, not None).
+std::tuple<at::Tensor, at::Tensor> fused_bias_relu_backward_bits_kernel(const at::Tensor& grad_y,
+                                                                        const at::Tensor& bits, double scale,
+                                                                        bool need_bias_grad) {
+  auto out = backward_from_mask(grad_y, bits, scale, need_bias_grad, kDefaultBackwardVersion);
+  return {out[0], need_bias_grad ? out[1] : at::empty({0}, grad_y.options())};
+}
+
+void fused_bias_relu_inplace_kernel(at::Tensor& x, const at::Tensor& bias, double scale) {
+  overwrite(x, bias, scale);
+}
+
+// The ops as typed handles, looked up once.
+const auto& forward_op() {
+  static const auto handle = op<decltype(fused_bias_relu_kernel)>("fused_bias_relu");
+  return handle;
+}
+const auto& bits_op() {
+  static const auto handle = op<decltype(fused_bias_relu_bits_kernel)>("fused_bias_relu_bits");
+  return handle;
+}
+const auto& backward_bits_op() {
+  static const auto handle =
+      op<decltype(fused_bias_relu_backward_bits_kernel)>("fused_bias_relu_backward_bits");
+  return handle;
+}
+const auto& inplace_op() {
+  static const auto handle = op<decltype(fused_bias_relu_inplace_kernel)>("fused_bias_relu_");
+  return handle;
+}
+
+// A second derivative through our backward is an error naming the op, never a silent zero (the error of
+// kernels/library.h's once_differentiable). Its node must reach every tensor a second derivative can be
+// taken with respect to: grad_y, and x and bias, to which no saved tensor leads (the bits are not
+// connected to them, and saving x would keep it alive). The node autograd is running, this Function's,
+// has the edges to x and bias: the error node takes those and grad_y's. Without create_graph (an ordinary
+// backward) there is nothing to do.
+struct NoDoubleBackwardNode : torch::autograd::Node {
+  NoDoubleBackwardNode(const char* op_name, torch::autograd::edge_list&& edges)
+      : Node(std::move(edges)), op_name(op_name) {}
+  torch::autograd::variable_list apply(torch::autograd::variable_list&&) override {
+    TORCH_CHECK(
+        false, "course::", op_name,
+        " has no double backward: its backward kernel is not differentiable (a second derivative, e.g. "
+        "gradgradcheck or create_graph=True then grad again, is not supported)");
+    return {};
+  }
+  const char* op_name;
+};
+
+torch::autograd::variable_list no_double_backward(const char* op_name, torch::autograd::variable_list grads,
+                                                  const at::Tensor& grad_y) {
+  if (!at::GradMode::is_enabled()) return grads;
+  const auto running = torch::autograd::get_current_node();
+  torch::autograd::edge_list edges = running ? running->next_edges() : torch::autograd::edge_list();
+  edges.push_back(torch::autograd::impl::gradient_edge(grad_y));
+  if (std::none_of(edges.begin(), edges.end(), [](const auto& e) { return e.is_valid(); })) return grads;
+  const auto node = std::shared_ptr<NoDoubleBackwardNode>(new NoDoubleBackwardNode(op_name, std::move(edges)),
+                                                          torch::autograd::deleteNode);
+  for (const auto& g : grads)
+    if (g.defined()) torch::autograd::set_history(g, node);
+  return grads;
+}
+
+// What both Functions' backward runs: grad_x and grad_bias from grad_y and what forward saved (the bits,
+// or y), one kernel, through the dispatcher below the Autograd key.
+std::tuple<at::Tensor, at::Tensor> grads_from(const at::Tensor& grad_y, const at::Tensor& saved, double scale,
+                                              bool need_bias_grad) {
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return backward_bits_op().call(grad_y, saved, scale, need_bias_grad);
+}
+
+}  // namespace
+
 // The same op as a C++ autograd Function: the graph node is C++, so backward runs without Python (the
 // least CPU time per call, which on a mid-size tensor is a visible share of the time). By default it
 // saves the bit mask of forward_bits: backward then reads 1 bit per element instead of y's 2 or 4 bytes
 // (a third less memory traffic for a bfloat16 backward), for numel / 8 bytes kept between the passes.
 // With save_bits=false it saves y, like native relu: no extra memory when something keeps y anyway.
+// forward and backward call the registered ops (course::fused_bias_relu_bits or course::fused_bias_relu,
+// and course::fused_bias_relu_backward_bits) through the dispatcher, below the Autograd key.
 class FusedBiasReluFunction : public torch::autograd::Function<FusedBiasReluFunction> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
                             const at::Tensor& bias, double scale, bool save_bits) {
     ctx->saved_data["scale"] = scale;
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
     if (!save_bits) {
-      at::Tensor y = ::forward(x, bias, scale, kDefaultVersion);
+      at::Tensor y = forward_op().call(x, bias, scale);
       ctx->save_for_backward({y});
       return y;
     }
-    auto out = forward_bits(x, bias, scale);  // [y, bits]
-    ctx->save_for_backward({out[1]});
-    return out[0];
+    auto [y, bits] = bits_op().call(x, bias, scale);
+    ctx->save_for_backward({bits});
+    return y;
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
-    const at::Tensor saved = ctx->get_saved_variables()[0];  // the bits or y: backward_from_mask takes both
+    const at::Tensor saved = ctx->get_saved_variables()[0];  // the bits or y: backward_bits takes both
     const bool need_x = ctx->needs_input_grad(0), need_bias = ctx->needs_input_grad(1);
-    auto grads = backward_from_mask(grad_outputs[0], saved, ctx->saved_data["scale"].toDouble(), need_bias,
-                                    kDefaultBackwardVersion);
-    return {need_x ? grads[0] : at::Tensor(), grads[1], at::Tensor(), at::Tensor()};  // none for the numbers
+    auto [grad_x, grad_bias] =
+        grads_from(grad_outputs[0], saved, ctx->saved_data["scale"].toDouble(), need_bias);
+    return no_double_backward(  // none for the numbers
+        "fused_bias_relu", {need_x ? grad_x : at::Tensor(), need_bias ? grad_bias : at::Tensor(), {}, {}},
+        grad_outputs[0]);
   }
 };
 
-at::Tensor fused_bias_relu(const at::Tensor& x, const at::Tensor& bias, double scale, bool save_bits) {
+// x = relu(x * scale + bias) in place as a C++ autograd Function: mark_dirty tells autograd that x
+// changed (its version goes up, a leaf that requires grad is refused, and x now comes out of this node);
+// backward keeps the output, saved after the write, since the old x is gone.
+class FusedBiasReluInplaceFunction : public torch::autograd::Function<FusedBiasReluInplaceFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor x, const at::Tensor& bias,
+                            double scale) {
+    ctx->saved_data["scale"] = scale;
+    {
+      const at::AutoDispatchBelowADInplaceOrView below_autograd;  // mark_dirty bumps the version
+      inplace_op().call(x, bias, scale);
+    }
+    ctx->mark_dirty({x});
+    ctx->save_for_backward({x});  // x now holds y
+    return x;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const at::Tensor y = ctx->get_saved_variables()[0];
+    const bool need_x = ctx->needs_input_grad(0), need_bias = ctx->needs_input_grad(1);
+    auto [grad_x, grad_bias] = grads_from(grad_outputs[0], y, ctx->saved_data["scale"].toDouble(), need_bias);
+    return no_double_backward("fused_bias_relu_",
+                              {need_x ? grad_x : at::Tensor(), need_bias ? grad_bias : at::Tensor(), {}},
+                              grad_outputs[0]);
+  }
+};
+
+namespace {
+
+bool recording(const at::Tensor& x, const at::Tensor& bias) {
+  return at::GradMode::is_enabled() && (x.requires_grad() || bias.requires_grad());
+}
+
+// The differentiable op. With nothing to record (no grad needed, or torch.no_grad) the forward alone:
+// no mask to compute and no graph node. Mixed floating dtypes are converted here, by differentiable
+// .to() calls, so the gradients come back in each argument's own dtype.
+at::Tensor differentiable(const at::Tensor& x, const at::Tensor& bias, double scale, bool save_bits) {
+  if (!recording(x, bias)) {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return forward_op().call(x, bias, scale);
+  }
+  if (floating_pair(x, bias))
+    return FusedBiasReluFunction::apply(x.to(wider(x, bias)), bias.to(wider(x, bias)), scale, save_bits);
   return FusedBiasReluFunction::apply(x, bias, scale, save_bits);
+}
+
+at::Tensor fused_bias_relu_autograd(const at::Tensor& x, const at::Tensor& bias, double scale) {
+  return differentiable(x, bias, scale, /*save_bits=*/true);
+}
+
+void fused_bias_relu_inplace_autograd(at::Tensor& x, const at::Tensor& bias, double scale) {
+  if (!recording(x, bias)) {  // ADInplaceOrView (below) bumps the version
+    const at::AutoDispatchBelowAutograd below_autograd;
+    inplace_op().call(x, bias, scale);
+    return;
+  }
+  // Refused before x is touched (autograd's own check, after the write, would leave x changed).
+  TORCH_CHECK(!x.is_leaf() || !x.requires_grad(),
+              "a leaf Variable that requires grad is being used in an in-place operation: "
+              "course::fused_bias_relu_ would overwrite x, whose value its gradient is for");
+  FusedBiasReluInplaceFunction::apply(x, floating_pair(x, bias) ? bias.to(x.scalar_type()) : bias, scale);
+}
+
+// Every in-place op bumps its argument's version counter (so that a backward that saved the old value
+// fails loudly): this is where PyTorch's own in-place ops do it.
+void fused_bias_relu_inplace_or_view(at::Tensor& x, const at::Tensor& bias, double scale) {
+  {
+    const at::AutoDispatchBelowADInplaceOrView below;
+    inplace_op().call(x, bias, scale);
+  }
+  torch::autograd::impl::bump_version(x);
+}
+
+}  // namespace
+
+COURSE_LIBRARY(m) {
+  define(m, "fused_bias_relu(Tensor x, Tensor bias, float scale) -> Tensor");
+  define(m, "fused_bias_relu_bits(Tensor x, Tensor bias, float scale) -> (Tensor, Tensor)");
+  define(m,
+         "fused_bias_relu_backward_bits(Tensor grad_y, Tensor bits, float scale, bool need_bias_grad) -> "
+         "(Tensor, Tensor)");
+  define(m, "fused_bias_relu_(Tensor(a!) x, Tensor bias, float scale) -> ()");
+}
+TORCH_LIBRARY_IMPL(course, CPU, m) {
+  m.impl("fused_bias_relu", &fused_bias_relu_kernel);
+  m.impl("fused_bias_relu_bits", &fused_bias_relu_bits_kernel);
+  m.impl("fused_bias_relu_backward_bits", &fused_bias_relu_backward_bits_kernel);
+  m.impl("fused_bias_relu_", &fused_bias_relu_inplace_kernel);
+}
+#ifdef WITH_CUDA
+TORCH_LIBRARY_IMPL(course, CUDA, m) {
+  m.impl("fused_bias_relu", &fused_bias_relu_kernel);
+  m.impl("fused_bias_relu_bits", &fused_bias_relu_bits_kernel);
+  m.impl("fused_bias_relu_backward_bits", &fused_bias_relu_backward_bits_kernel);
+  m.impl("fused_bias_relu_", &fused_bias_relu_inplace_kernel);
+}
+#endif
+TORCH_LIBRARY_IMPL(course, Autograd, m) {
+  m.impl("fused_bias_relu", &fused_bias_relu_autograd);
+  m.impl("fused_bias_relu_", &fused_bias_relu_inplace_autograd);
+}
+TORCH_LIBRARY_IMPL(course, ADInplaceOrView, m) {
+  m.impl("fused_bias_relu_", &fused_bias_relu_inplace_or_view);
+}
+
+// Lesson 02's binding: save_bits=true is the registered op course::fused_bias_relu (whose Autograd kernel
+// is the Function above), save_bits=false the same Function saving y. The device check comes first: the
+// dispatcher picks the kernel from the arguments' devices, and a bias on another device would choose it.
+at::Tensor fused_bias_relu(const at::Tensor& x, const at::Tensor& bias, double scale, bool save_bits) {
+  if (x.defined() && bias.defined()) check_same_device(bias, "bias", x, "x");
+  if (save_bits) return forward_op().call(x, bias, scale);
+  return differentiable(x, bias, scale, false);
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {

@@ -1,5 +1,7 @@
 """kernels/fused_bias_relu.*: CPU and (on a GPU) CUDA paths against plain PyTorch, gradients, memory
-variants, in place, the layer, bad input."""
+variants, in place, the layer, bad input; and (lesson 04) the registered ops torch.ops.course.fused_bias_relu,
+_bits, _backward_bits and fused_bias_relu_: opcheck, torch.compile, mixed dtypes and autocast against native,
+the second derivative's error, CUDA graph capture."""
 
 import re
 
@@ -35,6 +37,15 @@ def test_kernel_file_header_names_every_launcher_and_kernel():
 @pytest.fixture(scope="module")
 def ext():
     return load_solutions("fused_bias_relu")
+
+
+@pytest.fixture(scope="module")
+def ops(ext):
+    """torch.ops.course with the op's fake kernels registered (helpers' register(), on the solutions' build)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COURSE_SOLUTIONS", "1")
+        fbr.register()
+    return torch.ops.course
 
 
 def inputs(shape, dtype, device, seed=0):
@@ -208,13 +219,19 @@ def test_nan_goes_through_like_torch_relu(ext, device):
         assert torch.equal(gx, xr.grad)
 
 
-def test_in_place_matches_and_bumps_the_version(device):
+@pytest.mark.parametrize("path", ["op", "python_function"])
+def test_in_place_matches_and_bumps_the_version(ext, device, path):
+    """The registered op (its C++ Autograd kernel marks x dirty: the version goes up once), and lesson 02's
+    Python FusedBiasReluInplace with ext (ext.forward_ bumps it, then mark_dirty: twice)."""
     x, b, g = inputs((31, 20), torch.float32, device)
     h = x.clone().requires_grad_()
     a = h * 1.0  # a non-leaf to modify in place
     version = a._version
-    out = fbr.fused_bias_relu_(a, b, SCALE)
-    assert out is a and a._version > version
+    out = fbr.fused_bias_relu_(a, b, SCALE, ext=ext if path == "python_function" else None)
+    assert out is a and a._version == version + (1 if path == "op" else 2)
+    assert a.grad_fn.name().endswith(
+        "CppNode<FusedBiasReluInplaceFunction>" if path == "op" else "FusedBiasReluInplaceBackward"
+    )
     check.assert_close(a.detach(), fbr.expected(x, b, SCALE))
     out.backward(g)
     check.assert_close(h.grad, autograd_reference(x, b, g)[0])
@@ -265,45 +282,63 @@ def test_empty_input_gives_empty_result(ext, device, shape):
     assert ext.backward_from_mask(x, x)[0].shape == shape
 
 
+# Which calls refuse each bad input: "all" (lesson 02's functions and the registered ops, whose kernels run
+# the same checks: the out-of-place op and the in-place one), "ext" (lesson 02's functions: torch.ops refuses
+# None while parsing its arguments, before any kernel), "raw" (ext.forward and forward_mask only: the
+# differentiable op promotes mixed floating dtypes as native does, tested below).
 @pytest.mark.parametrize(
-    "make, exc, words",
+    "make, exc, words, which",
     [
         (
             lambda d: (torch.ones(2, 3, device=d), torch.ones(4, device=d)),
             ValueError,
             "bias must have shape [C] = [3] to match x's last dimension, got [4]",
+            "all",
         ),
         (
             lambda d: (torch.ones(2, 3, device=d), torch.ones(1, 3, device=d)),
             ValueError,
             "bias must have shape [C] = [3] to match x's last dimension, got [1, 3]",
+            "all",
         ),
         (
             lambda d: (torch.ones(2, 3, device=d), torch.ones(3, device="meta")),
             RuntimeError,
             "bias must be on the same device as x",
+            "all",
         ),
         (
             lambda d: (torch.ones(2, 3, device=d), torch.ones(3, device=d, dtype=torch.float64)),
             TypeError,
             "bias must have the dtype of x (Float), got Double",
+            "raw",
         ),
         (
             lambda d: (torch.ones(2, 3, device=d, dtype=torch.int32), torch.ones(3, device=d, dtype=torch.int32)),
             TypeError,
             "x must be float32",
+            "all",
         ),
-        (lambda d: (torch.tensor(1.0, device=d), torch.ones(1, device=d)), ValueError, "at least one dimension"),
-        (lambda d: (None, torch.ones(3, device=d)), (ValueError, TypeError), "x"),
-        (lambda d: (torch.ones(2, 3, device=d), None), (ValueError, TypeError), "bias"),
+        (
+            lambda d: (torch.ones(2, 3, device=d), torch.ones(3, device=d, dtype=torch.int32)),
+            TypeError,
+            "bias must have the dtype of x (Float), got Int",
+            "all",
+        ),
+        (lambda d: (torch.tensor(1.0, device=d), torch.ones(1, device=d)), ValueError, "at least one dimension", "all"),
+        (lambda d: (None, torch.ones(3, device=d)), (ValueError, TypeError), "x", "ext"),
+        (lambda d: (torch.ones(2, 3, device=d), None), (ValueError, TypeError), "bias", "ext"),
     ],
 )
-def test_bad_input_names_the_argument(ext, device, make, exc, words):
+def test_bad_input_names_the_argument(ext, ops, device, make, exc, words, which):
     x, b = make(device)
-    for fn in (ext.forward, ext.forward_mask, ext.fused_bias_relu):
-        with pytest.raises(
-            exc, match=words.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(").replace(")", r"\)")
-        ):
+    fns = [ext.forward, ext.forward_mask]
+    if which != "raw":
+        fns.append(ext.fused_bias_relu)
+    if which == "all":
+        fns += [lambda x, b: ops.fused_bias_relu(x, b, 1.0), lambda x, b: ops.fused_bias_relu_(x.clone(), b, 1.0)]
+    for fn in fns:
+        with pytest.raises(exc, match=re.escape(words)):
             fn(x, b)
 
 
@@ -401,6 +436,315 @@ def test_memory_helpers_count_what_backward_keeps():
     assert kept(lambda h, b: fbr.fused_bias_relu(h, b, save="output")) == native
     assert kept(lambda h, b: fbr.fused_bias_relu(h, b, save="mask")) == native + 3 * act // 4
     assert kept(lambda h, b: fbr.fused_bias_relu(h, b, save="input")) == native + 3 * act
+
+
+# ------------------------------------------------------------------------------------------------
+# The registered ops (lesson 04): torch.ops.course.fused_bias_relu, _bits, _backward_bits, fused_bias_relu_
+# ------------------------------------------------------------------------------------------------
+
+# x's shape, and its layout: "nc" every other element of a buffer twice as wide (bias too), "t" a
+# transposed (column-major) x. Empty, 1-d, 3-d, C = 1 and sizes that are not multiples of 32 (the bits).
+OP_SHAPES = [((5,), ""), ((17, 3), ""), ((2, 3, 5), ""), ((0, 5), ""), ((4, 0), ""), ((0,), ""), ((33, 1), "")]
+OP_SHAPES += [((9, 20), "nc"), ((2, 7, 6), "nc"), ((20, 9), "t")]
+OP_IDS = ["x".join(map(str, shape)) + (f"-{layout}" if layout else "") for shape, layout in OP_SHAPES]
+
+
+def op_inputs(shape, layout, dtype, device, seed=0):
+    """x, bias and grad_y of `shape` in `layout` (see OP_SHAPES)."""
+    x, b, g = inputs(shape, dtype, device, seed)
+
+    def spread(t):  # the same values, every other element of a buffer twice as wide
+        buf = torch.zeros(*t.shape[:-1], 2 * t.shape[-1], device=device, dtype=dtype)
+        buf[..., ::2] = t
+        return buf[..., ::2]
+
+    if layout == "nc":
+        x, b, g = spread(x), spread(b), spread(g)
+    elif layout == "t":
+        x, g = x.t().contiguous().t(), g.t().contiguous().t()
+    return x, b, g
+
+
+def opcheck(op, args):
+    """All of torch.library.opcheck's tests (schema, autograd registration, fake kernel against the real
+    one, and the op traced and compiled by AOTAutograd with dynamic shapes); fails naming the failing ones."""
+    torch.library.opcheck(op, args)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape, layout", OP_SHAPES, ids=OP_IDS)
+def test_opcheck_every_op(ops, device, dtype, shape, layout):
+    x, b, g = op_inputs(shape, layout, dtype, device)
+    for wants in ("x and bias", "bias", "none"):  # leaves of the same layout (detach keeps the strides)
+        xg, bg = x.detach().requires_grad_(wants == "x and bias"), b.detach().requires_grad_(wants != "none")
+        opcheck(ops.fused_bias_relu.default, (xg, bg, SCALE))
+    opcheck(ops.fused_bias_relu_bits.default, (x, b, SCALE))
+    y, bits = ops.fused_bias_relu_bits(x, b, SCALE)
+    for saved in (bits, y):  # what the out-of-place op saves, and what the in-place one does
+        for need_bias in (True, False):
+            opcheck(ops.fused_bias_relu_backward_bits.default, (g, saved, -0.5, need_bias))
+    for bias_grad in (False, True):  # a fresh x of the same layout each time: the op writes into it
+        opcheck(
+            ops.fused_bias_relu_.default,
+            (op_inputs(shape, layout, dtype, device)[0], b.detach().requires_grad_(bias_grad), SCALE),
+        )
+
+
+def test_the_ops_match_lesson_02s_functions(ops, ext, device):
+    """The registered kernels are lesson 02's: the same bits for y, the bit mask and the gradients."""
+    x, b, g = inputs((37, 24), torch.bfloat16, device)
+    y, bits = ops.fused_bias_relu_bits(x, b, SCALE)
+    want_y, want_bits = ext.forward_bits(x, b, SCALE)
+    assert torch.equal(y, want_y) and torch.equal(bits, want_bits)
+    assert torch.equal(ops.fused_bias_relu(x, b, SCALE), want_y)
+    for saved in (bits, y):
+        gx, gb = ops.fused_bias_relu_backward_bits(g, saved, SCALE, True)
+        want_x, want_b = ext.backward_from_mask(g, saved, SCALE, True)
+        assert torch.equal(gx, want_x) and torch.equal(gb, want_b)
+    gx, gb = ops.fused_bias_relu_backward_bits(g, bits, SCALE, False)
+    assert torch.equal(gx, want_x) and gb.shape == (0,)  # no grad_bias wanted: an empty tensor
+    t = x.clone()
+    assert ops.fused_bias_relu_(t, b, SCALE) is None and torch.equal(t, want_y)
+
+
+def test_the_op_records_autograd_only_when_it_must(ops, device):
+    """With nothing requiring grad (or under no_grad) the forward alone runs: no graph node and no bit mask
+    saved; otherwise the C++ Function saving the bits."""
+    x, b, _ = inputs((6, 40), torch.float32, device)
+    assert ops.fused_bias_relu(x, b, SCALE).grad_fn is None
+    xg = x.clone().requires_grad_()
+    with torch.no_grad():
+        assert ops.fused_bias_relu(xg, b, SCALE).grad_fn is None
+    assert fbr.saved_tensors(lambda x, b: ops.fused_bias_relu(x, b, SCALE), x, b) == []
+    y = ops.fused_bias_relu(xg, b, SCALE)
+    assert y.grad_fn.name().endswith("CppNode<FusedBiasReluFunction>")
+    saved = fbr.saved_tensors(lambda x, b: ops.fused_bias_relu(x, b, SCALE), xg, b)
+    assert [(r[0], r[1]) for r in saved] == [((8,), torch.int32)]
+
+
+def test_in_place_op_is_differentiable_and_bumps_the_version_once(ops, device):
+    """torch.ops.course.fused_bias_relu_ has its own Autograd kernel (a C++ Function that marks x dirty):
+    gradients through it without a Python Function; its version goes up once, by the op's ADInplaceOrView
+    kernel without autograd, by mark_dirty with it."""
+    x, b, g = inputs((31, 20), torch.float32, device)
+    h, bg = x.clone().requires_grad_(), b.clone().requires_grad_()
+    a = h * 1.0
+    version = a._version
+    assert ops.fused_bias_relu_(a, bg, SCALE) is None
+    assert a._version == version + 1 and a.grad_fn.name().endswith("CppNode<FusedBiasReluInplaceFunction>")
+    check.assert_close(a.detach(), fbr.expected(x, b, SCALE))
+    a.backward(g)
+    want_x, want_b = autograd_reference(x, b, g)
+    check.assert_close(h.grad, want_x)
+    check.assert_close(bg.grad, want_b, **bias_tol(x))
+    t = x.clone()
+    version = t._version
+    ops.fused_bias_relu_(t, b, SCALE)  # nothing requires grad
+    assert t._version == version + 1
+    leaf = x.clone().requires_grad_()
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        ops.fused_bias_relu_(leaf, b, SCALE)
+    assert torch.equal(leaf.detach(), x)  # refused before the write
+
+
+def test_register_autograd_refuses_the_mutating_op(ops):
+    """Why the in-place op's autograd is a C++ Autograd kernel: torch.library.register_autograd takes only
+    functional ops (torch 2.11)."""
+    lib = torch.library.Library("course", "FRAGMENT")  # destroyed after: were it accepted, it would go
+    try:
+        with pytest.raises(RuntimeError, match="Cannot register autograd formula for non-functional operator"):
+            torch.library.register_autograd("course::fused_bias_relu_", lambda ctx, g: (g, None, None), lib=lib)
+    finally:
+        lib._destroy()
+
+
+# torch.compile
+
+
+def compiled_vs_eager(fn, args, grad_seed=1):
+    """fn compiled with fullgraph=True against eager: output and the gradients of the args requiring grad."""
+
+    def run(f):
+        y = f(*args)
+        wrt = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+        g = torch.randn(y.shape, generator=torch.Generator().manual_seed(grad_seed)).to(y.device, y.dtype)
+        return y, torch.autograd.grad(y, wrt, g)
+
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(fn)(*args)
+    assert explained.graph_break_count == 0, f"graph breaks: {explained.break_reasons}"
+    want_y, want_grads = run(fn)
+    got_y, got_grads = run(torch.compile(fn, fullgraph=True))
+    assert got_y.dtype == want_y.dtype
+    check.assert_close(got_y, want_y, name="compiled output")
+    for i, (got, want) in enumerate(zip(got_grads, want_grads)):
+        check.assert_close(got, want, name=f"compiled gradient {i}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("shape, layout", [((6, 7), ""), ((2, 3, 40), ""), ((9, 20), "nc")], ids=str)
+def test_compile_fullgraph_forward_and_backward_equal_eager(ops, device, dtype, shape, layout):
+    x, b, _ = op_inputs(shape, layout, dtype, device)
+    x.requires_grad_(), b.requires_grad_()
+    compiled_vs_eager(lambda x, b: fbr.fused_bias_relu(x * 1.5, b, SCALE) * 2, (x, b))
+    compiled_vs_eager(lambda x, b: torch.ops.course.fused_bias_relu(x, b, -0.5).sum(-1), (x, b))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_compile_fullgraph_in_place_op(ops, device, dtype):
+    """The mutating op in a compiled graph: on an intermediate (forward and backward), and on a graph input
+    that does not require grad (the mutation written back to it)."""
+    x, b, _ = inputs((6, 40), dtype, device)
+    x.requires_grad_(), b.requires_grad_()
+
+    def on_intermediate(x, b):
+        h = x * 2.0
+        fbr.fused_bias_relu_(h, b, SCALE)
+        return h + 1
+
+    compiled_vs_eager(on_intermediate, (x, b))
+
+    def on_input(t, b):
+        fbr.fused_bias_relu_(t, b, SCALE)
+        return t.sum()
+
+    t, want = x.detach().clone(), x.detach().clone()
+    torch._dynamo.reset()
+    torch.compile(on_input, fullgraph=True)(t, b.detach())
+    on_input(want, b.detach())
+    assert torch.equal(t, want)
+
+
+# Mixed dtypes and autocast, against native torch.relu(x * scale + bias)
+
+
+def native(x, b, scale=SCALE):
+    return torch.relu(x * scale + b)
+
+
+MIXED = [
+    (torch.bfloat16, torch.float32),
+    (torch.float16, torch.float32),
+    (torch.float32, torch.bfloat16),
+    (torch.float32, torch.float64),
+    (torch.float16, torch.bfloat16),
+]
+
+
+@pytest.mark.parametrize("x_dtype, b_dtype", MIXED, ids=str)
+@pytest.mark.parametrize("save", ["bits", "output", "input", "mask"])
+def test_mixed_dtypes_give_natives_dtype(ops, device, x_dtype, b_dtype, save):
+    """x and bias of different floating dtypes: the dtype native type promotion gives, values within that
+    dtype's rounding of the exact result, and each gradient in its own argument's dtype."""
+    x, b, _ = inputs((33, 24), x_dtype, device)
+    b = b.to(b_dtype)
+    want_dtype = native(x, b).dtype
+    xg, bg = x.clone().requires_grad_(), b.clone().requires_grad_()
+    y = fbr.fused_bias_relu(xg, bg, SCALE, save=save)
+    assert y.dtype == want_dtype
+    check.assert_close(y, native(x.double(), b.double()).to(want_dtype))
+    g = torch.randn(y.shape, generator=torch.Generator().manual_seed(1)).to(device, y.dtype)
+    gx, gb = torch.autograd.grad(y, (xg, bg), g)
+    xd, bd = x.double().requires_grad_(), b.double().requires_grad_()
+    want_x, want_b = torch.autograd.grad(native(xd, bd), (xd, bd), g.double())
+    assert gx.dtype == x_dtype and gb.dtype == b_dtype
+    check.assert_close(gx, want_x.to(x_dtype))
+    check.assert_close(gb, want_b.to(b_dtype), **({"rtol": 1e-4, "atol": 1e-4} if b_dtype == torch.float32 else {}))
+    if save == "bits":
+        with torch.no_grad():  # the kernel itself (no autograd), and its fake: the same dtype
+            assert ops.fused_bias_relu(x, b, SCALE).dtype == want_dtype
+        with torch._subclasses.fake_tensor.FakeTensorMode() as mode:
+            fake = ops.fused_bias_relu(mode.from_tensor(x), mode.from_tensor(b), SCALE)
+        assert fake.dtype == want_dtype
+
+
+@pytest.mark.parametrize("x_dtype, b_dtype", MIXED, ids=str)
+def test_in_place_with_another_bias_dtype_keeps_xs_dtype(ops, device, x_dtype, b_dtype):
+    """As native x.mul_(s).add_(b).relu_(): x keeps its dtype (y rounded once into it)."""
+    x, b, g = inputs((33, 24), x_dtype, device)
+    b = b.to(b_dtype)
+    t = x.clone()
+    fbr.fused_bias_relu_(t, b, SCALE)
+    assert t.dtype == x.clone().mul_(SCALE).add_(b).relu_().dtype == x_dtype
+    check.assert_close(t, native(x.double(), b.to(x_dtype).double()).to(x_dtype))
+    h, bg = x.clone().requires_grad_(), b.clone().requires_grad_()
+    a = h * 1.0
+    fbr.fused_bias_relu_(a, bg, SCALE)
+    gx, gb = torch.autograd.grad(a, (h, bg), g)
+    assert gx.dtype == x_dtype and gb.dtype == b_dtype
+
+
+AUTOCAST = [
+    pytest.param("cpu", torch.bfloat16, id="cpu-bfloat16"),
+    pytest.param("cuda", torch.bfloat16, id="cuda-bfloat16", marks=needs_gpu),
+    pytest.param("cuda", torch.float16, id="cuda-float16", marks=needs_gpu),
+]
+
+
+@pytest.mark.parametrize("amp_device, amp_dtype", AUTOCAST)
+def test_autocast_behaves_like_native(ops, amp_device, amp_dtype):
+    """Native mul, add and relu have no autocast rule: they run in their inputs' dtypes. So does ours, in the
+    three cases a model meets: float32 activations, activations from a matmul under autocast (amp_dtype)
+    with a float32 bias (a parameter: float32, promoted as native does), and everything in amp_dtype. The
+    output's dtype and values, and the gradients' dtypes, against native under the same autocast."""
+    torch.manual_seed(0)
+    x = torch.randn(16, 48, device=amp_device)
+    w = torch.randn(40, 48, device=amp_device) / 7
+    b = torch.randn(40, device=amp_device)
+    cases = {
+        "float32 activations": lambda x, w: torch.nn.functional.linear(x, w).float(),
+        "matmul output": lambda x, w: torch.nn.functional.linear(x, w),
+        "all low": lambda x, w: torch.nn.functional.linear(x, w).to(amp_dtype),
+    }
+    for case, make in cases.items():
+        results = {}
+        for name, op in (("native", native), ("ours", fbr.fused_bias_relu), ("op", ops.fused_bias_relu)):
+            xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+            bg = (b.to(amp_dtype) if case == "all low" else b).clone().requires_grad_()
+            with torch.autocast(amp_device, dtype=amp_dtype):
+                h = make(xg, wg)
+                y = op(h, bg, SCALE)
+                grads = torch.autograd.grad(y.float().square().sum(), (h, bg))
+            results[name] = (h, y, grads)
+        h, want, want_grads = results["native"]
+        for name in ("ours", "op"):
+            _, y, grads = results[name]
+            assert y.dtype == want.dtype, f"{case}, {name}: {y.dtype}, native gives {want.dtype}"
+            exact = native(h.detach().double(), (b.to(amp_dtype) if case == "all low" else b).double())
+            check.assert_close(y, exact.to(y.dtype), name=f"{case}, {name}")
+            assert [t.dtype for t in grads] == [t.dtype for t in want_grads], case
+
+
+# The second derivative
+
+
+@pytest.mark.parametrize(
+    "name, fn",
+    [
+        ("fused_bias_relu", lambda x, b: fbr.fused_bias_relu(x, b, SCALE)),
+        ("fused_bias_relu", lambda x, b: torch.ops.course.fused_bias_relu(x, b, SCALE)),
+        ("fused_bias_relu", lambda x, b: fbr.fused_bias_relu(x, b, SCALE, save="output")),
+        ("fused_bias_relu_", lambda x, b: fbr.fused_bias_relu_(x * 1.0, b, SCALE)),
+    ],
+    ids=["public", "torch.ops", "saves y", "in place"],
+)
+def test_a_second_derivative_is_an_error_naming_the_op(ops, device, name, fn):
+    """Our backward kernel is not differentiable: gradgradcheck raises naming the op, and so does a second
+    derivative with respect to x or bias alone (create_graph=True, then grad of the gradient), where no
+    saved tensor leads back to them. An ordinary create_graph=True backward still works."""
+    x = torch.randn(5, 3, 11, device=device, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(11, device=device, dtype=torch.float64, requires_grad=True)
+    message = re.escape(f"course::{name} has no double backward")
+    with pytest.raises(RuntimeError, match=message):
+        torch.autograd.gradgradcheck(fn, (x, b))
+    for wrt in (x, b):
+        (grad,) = torch.autograd.grad(fn(x, b).sum(), wrt, create_graph=True)
+        with pytest.raises(RuntimeError, match=message):
+            torch.autograd.grad(grad.square().sum(), wrt)
+    gx, gb = torch.autograd.grad(fn(x, b).sum(), (x, b), create_graph=True)
+    want_x, want_b = autograd_reference(x.detach(), b.detach(), torch.ones_like(x))
+    check.assert_close(gx.detach(), want_x)
+    check.assert_close(gb.detach(), want_b)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -538,3 +882,42 @@ def test_mask_saves_memory_on_the_gpu():
     assert kept["output"] < kept["mask"] < kept["input"]
     assert kept["input"] - kept["output"] == pytest.approx(layers * mb, rel=0.05)
     assert kept["mask"] - kept["output"] == pytest.approx(layers * mb / 4, rel=0.05)
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("in_place", [False, True], ids=["op", "in-place"])
+def test_cuda_graph_capture_of_forward_and_backward(ops, dtype, in_place):
+    """Forward and backward captured in one CUDA graph (after a warm-up on a side stream, as
+    torch.cuda.graph's docs ask), new values copied into the captured inputs, replayed: the results eager
+    gives on those values. Fails if a kernel synchronizes, allocates outside PyTorch's allocator, or bakes
+    a value (a pointer, a count) into its launch that changes between calls."""
+    x, b, g = inputs((1000, 256), dtype, "cuda")
+    x.requires_grad_(), b.requires_grad_()
+
+    def step():
+        if in_place:
+            y = x * 1.0
+            fbr.fused_bias_relu_(y, b, SCALE)
+        else:
+            y = fbr.fused_bias_relu(x, b, SCALE)
+        gx, gb = torch.autograd.grad(y, (x, b), g)
+        return y.detach(), gx, gb
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    for seed in (1, 2):
+        new_x, new_b, new_g = inputs((1000, 256), dtype, "cuda", seed=seed)
+        with torch.no_grad():
+            x.copy_(new_x), b.copy_(new_b), g.copy_(new_g)
+        graph.replay()
+        torch.cuda.synchronize()
+        for got, want, what in zip(captured, step(), ("y", "grad_x", "grad_bias")):
+            assert torch.equal(got, want), f"replayed {what} differs from eager on the same inputs (seed {seed})"

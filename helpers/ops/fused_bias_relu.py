@@ -1,11 +1,16 @@
-"""Lesson 02's op, y = relu(x * scale + bias) for x of shape [..., C] and bias [C].
+"""Lesson 02's op, y = relu(x * scale + bias) for x of shape [..., C] and bias [C], and (lesson 04) the
+real PyTorch ops torch.ops.course.fused_bias_relu and friends (kernels/fused_bias_relu.cpp defines them).
 
-    y = fused_bias_relu(x, bias, 2.0)             # differentiable in x and bias; saves a bit mask for
-                                                  # backward (the extension's C++ autograd Function)
+    y = fused_bias_relu(x, bias, 2.0)             # torch.ops.course.fused_bias_relu: differentiable in x and
+                                                  # bias, autograd in C++ saving a bit mask; torch.compile-able
     y = fused_bias_relu(x, bias, 2.0, save="output")  # ... or y, a 1-byte "mask", or x and bias ("input")
     y = fused_bias_relu_python(x, bias, 2.0)      # the bit mask, through the Python FusedBiasRelu Function
-    fused_bias_relu_(x, bias, 2.0)                # in place: x becomes y (ctx.mark_dirty)
+    fused_bias_relu_(x, bias, 2.0)                # in place: x becomes y (torch.ops.course.fused_bias_relu_)
     layer = LinearReLU(256, 256)                  # relu(x @ W.T + b) with the bias add and relu fused
+
+Mixed floating dtypes behave as in native torch.relu(x * scale + bias): bfloat16 x with a float32 bias gives
+float32 (type promotion); the in-place op keeps x's dtype. Under torch.autocast the op, like native mul, add
+and relu, has no autocast rule: it runs in its inputs' dtypes.
 
 Also the notebook's helpers that are not the lesson's subject: what autograd keeps for backward,
 GPU memory and the training run. The timing sweep is benchmarks/fused_bias_relu.py (the notebook uses it).
@@ -21,9 +26,84 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from . import extension
+from . import extension, once
 
 SAVES = ("input", "output", "mask", "bits")
+FLOATING = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+_C10_NAMES = {  # c10::ScalarType as the kernels' messages print it
+    torch.float32: "Float",
+    torch.float64: "Double",
+    torch.float16: "Half",
+    torch.bfloat16: "BFloat16",
+    torch.int64: "Long",
+    torch.int32: "Int",
+    torch.int16: "Short",
+    torch.int8: "Char",
+    torch.uint8: "Byte",
+    torch.bool: "Bool",
+}
+
+
+def _c10_name(dtype: torch.dtype) -> str:
+    return _C10_NAMES.get(dtype, str(dtype))
+
+
+def native_dtype(x: torch.Tensor, bias: torch.Tensor) -> torch.dtype:
+    """The dtype of native relu(x * scale + bias): x's, or the wider of two floating dtypes (type promotion).
+    Anything else is left to the kernels' checks, which refuse it naming the argument."""
+    if x.dtype != bias.dtype and x.dtype in FLOATING and bias.dtype in FLOATING:
+        return torch.promote_types(x.dtype, bias.dtype)
+    return x.dtype
+
+
+@once
+def register() -> None:
+    """Load the op (its C++ side defines the four ops below with CPU, CUDA and Autograd kernels, and the
+    in-place op's version bump) and register their fake kernels: what torch.compile runs instead of ours
+    while tracing, to learn each output's shape, dtype and strides without computing anything.
+
+    course::fused_bias_relu(x, bias, scale) -> y
+    course::fused_bias_relu_bits(x, bias, scale) -> (y, bits)      bits: int32 [ceil(x.numel() / 32)]
+    course::fused_bias_relu_backward_bits(grad_y, bits, scale, need_bias_grad) -> (grad_x, grad_bias)
+    course::fused_bias_relu_(x, bias, scale) -> ()                  x = y, in place
+    """
+    extension("fused_bias_relu")
+
+    def check_bias(x, bias, *, promotes=False):  # the kernels' checks (kernels/checks.h), in their words
+        torch._check_type(
+            x.dtype in FLOATING, lambda: f"x must be float32, float64, float16 or bfloat16, got {_c10_name(x.dtype)}"
+        )
+        torch._check_value(x.dim() >= 1, lambda: "x must have at least one dimension, got a 0-d tensor")
+        torch._check(
+            bias.device == x.device, lambda: f"bias must be on the same device as x ({x.device}), got {bias.device}"
+        )
+        torch._check_type(
+            bias.dtype == x.dtype or (promotes and bias.dtype in FLOATING),
+            lambda: f"bias must have the dtype of x ({_c10_name(x.dtype)}), got {_c10_name(bias.dtype)}",
+        )
+        torch._check_value(
+            bias.dim() == 1 and bias.shape[0] == x.shape[-1],
+            lambda: f"bias must have shape [C] = [{x.shape[-1]}] to match x's last dimension, got {list(bias.shape)}",
+        )
+
+    @torch.library.register_fake("course::fused_bias_relu")
+    def _(x, bias, scale):
+        check_bias(x, bias, promotes=True)
+        return x.new_empty(x.shape, dtype=native_dtype(x, bias))  # contiguous, like the kernel's output
+
+    @torch.library.register_fake("course::fused_bias_relu_bits")
+    def _(x, bias, scale):
+        check_bias(x, bias)
+        return x.new_empty(x.shape), x.new_empty(((x.numel() + 31) // 32,), dtype=torch.int32)
+
+    @torch.library.register_fake("course::fused_bias_relu_backward_bits")
+    def _(grad_y, bits, scale, need_bias_grad):
+        return grad_y.new_empty(grad_y.shape), grad_y.new_empty((grad_y.shape[-1] if need_bias_grad else 0,))
+
+    @torch.library.register_fake("course::fused_bias_relu_")
+    def _(x, bias, scale):
+        check_bias(x, bias, promotes=True)  # bias is rounded to x's dtype
+        return None
 
 
 def reference(x: torch.Tensor, bias: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
@@ -93,26 +173,50 @@ class FusedBiasReluInplace(torch.autograd.Function):
         return (grad_x if ctx.needs_input_grad[0] else None), grad_bias, None, None
 
 
+def _promoted(x, bias):
+    """x and bias in native_dtype(x, bias), for the Python Function's kernels (they take one dtype). Anything
+    but two tensors goes as it is, for the kernels to refuse naming the argument."""
+    if not (isinstance(x, torch.Tensor) and isinstance(bias, torch.Tensor)):
+        return x, bias
+    dtype = native_dtype(x, bias)
+    return x.to(dtype), bias.to(dtype)
+
+
 def fused_bias_relu(x, bias, scale: float = 1.0, *, save: str = "bits", ext=None) -> torch.Tensor:
     """y = relu(x * scale + bias), differentiable in x and bias. save: what backward keeps (SAVES).
 
-    save="bits" (the default) and "output" use the extension's C++ autograd Function (backward runs
-    without Python: the least CPU time per call), saving the bit mask (backward reads 1 bit per element)
-    or y. "input" and "mask" go through the Python FusedBiasRelu."""
+    save="bits" (the default) is torch.ops.course.fused_bias_relu: autograd in C++ (backward runs without
+    Python: the least CPU time per call) saving the bit mask (backward reads 1 bit per element), and it works
+    under torch.compile. "output" is the same C++ Function saving y; "input" and "mask" go through the Python
+    FusedBiasRelu. `ext` (a module from loader.load) runs that module's kernels (its `fused_bias_relu`
+    binding calls the registered op). Mixed floating dtypes give native's dtype."""
+    if save == "bits":
+        if ext is not None:
+            return ext.fused_bias_relu(x, bias, float(scale), True)
+        register()
+        return torch.ops.course.fused_bias_relu(x, bias, float(scale))
     ext = ext or extension("fused_bias_relu")
-    if save in ("bits", "output"):
-        return ext.fused_bias_relu(x, bias, float(scale), save == "bits")
-    return FusedBiasRelu.apply(x, bias, float(scale), save, ext)
+    if save == "output":
+        return ext.fused_bias_relu(x, bias, float(scale), False)
+    if save not in SAVES:
+        raise ValueError(f"save must be one of {SAVES}, got {save!r}")
+    return FusedBiasRelu.apply(*_promoted(x, bias), float(scale), save, ext)
 
 
 def fused_bias_relu_python(x, bias, scale: float = 1.0, *, save: str = "bits", ext=None) -> torch.Tensor:
     """The same op always through the Python FusedBiasRelu Function (for comparing per-call overhead)."""
-    return FusedBiasRelu.apply(x, bias, float(scale), save, ext or extension("fused_bias_relu"))
+    return FusedBiasRelu.apply(*_promoted(x, bias), float(scale), save, ext or extension("fused_bias_relu"))
 
 
 def fused_bias_relu_(x, bias, scale: float = 1.0, *, ext=None) -> torch.Tensor:
-    """In place: x = relu(x * scale + bias); returns x. Differentiable like torch.relu_."""
-    return FusedBiasReluInplace.apply(x, bias, float(scale), ext or extension("fused_bias_relu"))
+    """In place: x = relu(x * scale + bias); returns x. Differentiable like torch.relu_: the registered
+    torch.ops.course.fused_bias_relu_, whose Autograd kernel is a C++ Function that marks x dirty. `ext`
+    (a module from loader.load) goes through lesson 02's Python FusedBiasReluInplace with its kernels."""
+    if ext is not None:
+        return FusedBiasReluInplace.apply(x, bias, float(scale), ext)
+    register()
+    torch.ops.course.fused_bias_relu_(x, bias, float(scale))
+    return x
 
 
 class LinearReLU(nn.Module):
