@@ -120,9 +120,7 @@ bool launch_forward_v3_pipelined(const T* x, const T* w, const T* b, T* y, Acc<T
   const size_t smem = 2 * size_t(rows) * N * sizeof(T);  // two stages of the block's rows
   auto kernel = forward_v3_pipelined_kernel<T, kVec, kPacks>;
   if (smem > size_t(device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>())) return false;
-  COURSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  int per_sm = 0;
-  COURSE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads * rows, smem));
+  const int per_sm = blocks_per_sm(reinterpret_cast<const void*>(kernel), threads * rows, smem);
   if (per_sm == 0) return false;
   const int64_t want = ceil_div<int64_t>(M, rows), cap = int64_t(per_sm) * num_sms();
   const int64_t rounds = ceil_div<int64_t>(M, rows * (want < cap ? want : cap));
@@ -475,18 +473,14 @@ BackwardPlan plan_backward_bulk(int64_t M, int N, bool early) {
         device_attribute<cudaDevAttrCooperativeLaunch>() == 0)
       return plan;
     auto kernel = early ? backward_v2_bulk_kernel<T, V, true> : backward_v2_bulk_kernel<T, V, false>;
-    cudaFuncAttributes attrs;
-    COURSE_CUDA_CHECK(cudaFuncGetAttributes(&attrs, kernel));
-    if (attrs.ptxVersion < 90) return plan;  // built for an older GPU (its body is a trap)
+    const void* fn = reinterpret_cast<const void*>(kernel);
+    if (ptx_version(fn) < 90) return plan;  // built for an older GPU (its body is a trap)
     const int threads = row_threads(N / V, 1);
     if (threads == 0) return plan;
     const int64_t rows = 1024 / threads < M ? 1024 / threads : M;
     const size_t smem = BulkLayout<T>{int(rows), N, early}.total_bytes();
     if (smem > size_t(device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>())) return plan;
-    COURSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    int per_sm = 0;
-    COURSE_CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads * int(rows), smem));
+    const int per_sm = blocks_per_sm(fn, threads * int(rows), smem);
     if (per_sm == 0) return plan;
     const int64_t want = ceil_div<int64_t>(M, rows), cap = int64_t(per_sm) * num_sms();
     const int64_t blocks = want < cap ? want : cap;

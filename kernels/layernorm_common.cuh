@@ -8,12 +8,15 @@
 //   Row, backward_v2_rows   backward v2's loop over a block's rows (grad_x, and the column sums of
 //                           grad_weight and grad_bias in shared memory), ending in the block's partial row
 //   row_threads, vectorizable, BackwardPlan, plan_backward_rows: the host side's sizes
+//   blocks_per_sm, ptx_version  the CUDA runtime's answers about a kernel, asked once per device and kept
 //   forward_v3_pipelined, plan_backward_tuned, launch_backward_tuned: what layernorm.cu's launchers call in
 //                           layernorm.hopper.cu
 #pragma once
 
 #include <initializer_list>
+#include <mutex>
 #include <type_traits>
+#include <vector>
 
 #include "layernorm.h"
 
@@ -362,6 +365,67 @@ struct BackwardPlan {
   size_t smem = 0;
 };
 
+// How many blocks of `threads` threads and `smem` bytes of dynamic shared memory of `kernel` fit on one SM of
+// the current device (cudaOccupancyMaxActiveBlocksPerMultiprocessor), after raising the kernel's dynamic
+// shared memory limit to smem where it was lower; and the PTX version a kernel was built for. The launchers
+// plan on every call (backward v2 twice: the workspace size, then the launch), and each of these queries
+// costs microseconds of CPU time per call, while the answers never change: so each is asked once per
+// device and kept (a few entries; never freed). The limit is only ever raised: a lower one would break the
+// launch of an earlier plan of the same kernel that needs more.
+inline int blocks_per_sm(const void* kernel, int threads, size_t smem) {
+  struct Fit {
+    int device;
+    const void* kernel;
+    int threads;
+    size_t smem;
+    int blocks;
+  };
+  struct Limit {
+    int device;
+    const void* kernel;
+    size_t smem;
+  };
+  static std::mutex mutex;
+  static auto* fits = new std::vector<Fit>();
+  static auto* limits = new std::vector<Limit>();
+  int device = 0;
+  COURSE_CUDA_CHECK(cudaGetDevice(&device));
+  const std::lock_guard<std::mutex> lock(mutex);
+  for (const Fit& f : *fits)
+    if (f.device == device && f.kernel == kernel && f.threads == threads && f.smem == smem) return f.blocks;
+  Limit* limit = nullptr;
+  for (Limit& l : *limits)
+    if (l.device == device && l.kernel == kernel) limit = &l;
+  if (limit == nullptr) limit = &limits->emplace_back(Limit{device, kernel, 0});
+  if (smem > limit->smem) {
+    COURSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    limit->smem = smem;
+  }
+  int blocks = 0;
+  COURSE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem));
+  fits->push_back(Fit{device, kernel, threads, smem, blocks});
+  return blocks;
+}
+
+inline int ptx_version(const void* kernel) {
+  struct Known {
+    int device;
+    const void* kernel;
+    int ptx;
+  };
+  static std::mutex mutex;
+  static auto* known = new std::vector<Known>();
+  int device = 0;
+  COURSE_CUDA_CHECK(cudaGetDevice(&device));
+  const std::lock_guard<std::mutex> lock(mutex);
+  for (const Known& k : *known)
+    if (k.device == device && k.kernel == kernel) return k.ptx;
+  cudaFuncAttributes attrs;
+  COURSE_CUDA_CHECK(cudaFuncGetAttributes(&attrs, kernel));
+  known->push_back(Known{device, kernel, attrs.ptxVersion});
+  return attrs.ptxVersion;
+}
+
 // A plan for `kernel`, a backward_v2_rows kernel with kVec values per pack and kPacks packs per thread:
 // row groups of whole warps, as many per block as fit in 1024 threads and in shared memory, and about one
 // block per SM (a persistent grid). `fuse`: the kernel finishes the column sums itself, so the grid is
@@ -388,11 +452,7 @@ BackwardPlan plan_backward_rows(Kernel kernel, int kind, int64_t M, int N, bool 
     const size_t scratch = fixed + size_t(threads) * rows * sizeof(acc_t);
     plan.smem = plan.smem > scratch ? plan.smem : scratch;
   }
-  COURSE_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(plan.smem)));
-  int per_sm = 0;
-  COURSE_CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads * int(rows), plan.smem));
+  const int per_sm = blocks_per_sm(reinterpret_cast<const void*>(kernel), threads * int(rows), plan.smem);
   if (per_sm == 0) return plan;
   const int64_t want = ceil_div<int64_t>(M, rows), cap = int64_t(per_sm) * num_sms();
   plan.blocks = int(want < cap ? want : cap);
