@@ -1,7 +1,9 @@
-// kernels/layernorm.cpp: the PyTorch side of LayerNorm over the last dimension (lesson 03).
+// kernels/layernorm.cpp: the PyTorch side of LayerNorm (lesson 03), and the real PyTorch op it becomes
+// (lesson 04).
 //
 //   forward(x, weight, bias, eps=1e-5, version=3, kernel="auto") -> [y, mean, rstd]
 //   backward(grad_y, x, mean, rstd, weight, version=2, kernel="auto") -> [grad_x, grad_weight, grad_bias]
+//   layer_norm(x, normalized_shape, weight, bias, eps) -> y       torch.ops.course.layer_norm, differentiable
 //
 // `kernel` names which kernel runs forward v3 or backward v2 on the GPU (kernels/layernorm_choices.h):
 // forward "auto", "registers", "pipelined"; backward "auto", "two_kernels", "cooperative", "bulk_copy",
@@ -9,28 +11,37 @@
 // be compared (benchmarks/tuning/layernorm.py, notebooks/03b_layernorm_hopper.ipynb). They change speed
 // only, never results beyond rounding; on the CPU the name is checked and the CPU code runs.
 //
-// x has any shape [..., N]; weight and bias are [N] with x's dtype and device; mean and rstd have x's
-// leading shape and are float32 (float64 for float64 x): forward saves them so backward need not
+// x has any shape [..., N] (lesson 04's op: [..., *normalized_shape], N their product, so x is an [M, N]
+// matrix seen row by row); weight and bias are [N] (normalized_shape) with x's dtype and device, or float32
+// for a float16/bfloat16 x as native layer_norm allows; the op also takes None for either. mean and rstd
+// have x's leading shape and are float32 (float64 for float64 x): forward saves them so backward need not
 // recompute the statistics. This file checks the inputs, allocates the outputs, picks the dtype
 // (AT_DISPATCH) and calls the CPU code below or the CUDA launchers of layernorm.cu on PyTorch's current
 // stream. On the CPU every version runs the same two-pass code, except forward version 2 and backward
 // version 1, which run the exercises' CPU parts (Part 1 of kernels/exercises/layernorm_warp_reduce.cuh and
 // layernorm_backward_row.cuh, compiled in layernorm.exercises.cpp and declared in layernorm_cpu.h).
 #include <ATen/Parallel.h>
+#include <ATen/autocast_mode.h>
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cmath>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
 #include "checks.h"
 #include "layernorm_choices.h"
 #include "layernorm_cpu.h"
+#include "library.h"
 
 #ifdef WITH_CUDA
+#include <map>
+#include <mutex>
+
 #include "layernorm.h"
 #endif
 
@@ -67,17 +78,17 @@ void row_stats(const T* x, int64_t n, acc_t eps, acc_t* mean, acc_t* rstd) {
 }
 
 // The element-wise loops take __restrict__ pointers: told that the output does not alias the inputs, the
-// compiler vectorizes them.
-template <typename T, typename acc_t>
-void normalize_row(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, acc_t mu,
+// compiler vectorizes them. P, the parameters' type, is T, or float for a float16/bfloat16 x (mixed).
+template <typename T, typename P, typename acc_t>
+void normalize_row(const T* __restrict__ x, const P* __restrict__ w, const P* __restrict__ b, acc_t mu,
                    acc_t rs, T* __restrict__ y, int64_t N) {
   for (int64_t j = 0; j < N; ++j)
     y[j] = static_cast<T>((static_cast<acc_t>(x[j]) - mu) * rs * static_cast<acc_t>(w[j]) +
                           static_cast<acc_t>(b[j]));
 }
 
-template <typename T, typename acc_t>
-void backward_row(const T* __restrict__ x, const T* __restrict__ dy, const T* __restrict__ w, acc_t mu,
+template <typename T, typename P, typename acc_t>
+void backward_row(const T* __restrict__ x, const T* __restrict__ dy, const P* __restrict__ w, acc_t mu,
                   acc_t rs, acc_t mg, acc_t mgx, T* __restrict__ dx, acc_t* __restrict__ pw,
                   acc_t* __restrict__ pb, int64_t N) {
   for (int64_t j = 0; j < N; ++j) {
@@ -119,8 +130,8 @@ void backward_row_exercise(const T* x, const T* dy, const acc_t* w, acc_t mu, ac
   }
 }
 
-template <typename T, typename acc_t>
-void forward_cpu(const T* x, const T* w, const T* b, T* y, acc_t* mean, acc_t* rstd, int64_t M, int64_t N,
+template <typename T, typename P, typename acc_t>
+void forward_cpu(const T* x, const P* w, const P* b, T* y, acc_t* mean, acc_t* rstd, int64_t M, int64_t N,
                  acc_t eps, bool exercise) {
   at::parallel_for(0, M, std::max<int64_t>(1, 32768 / N), [&](int64_t begin, int64_t end) {
     std::vector<acc_t> buf;
@@ -136,11 +147,12 @@ void forward_cpu(const T* x, const T* w, const T* b, T* y, acc_t* mean, acc_t* r
   });
 }
 
-// grad_x row by row; grad_weight and grad_bias summed per fixed chunk of rows, then the chunks added in
-// order: the same result whatever the number of threads. `exercise`: grad_x by the exercise (backward v1).
-template <typename T, typename acc_t>
-void backward_cpu(const T* dy, const T* x, const acc_t* mean, const acc_t* rstd, const T* w, T* dx, T* dw,
-                  T* db, int64_t M, int64_t N, bool exercise) {
+// grad_x row by row; grad_weight and grad_bias (each nullptr when not wanted) summed per fixed chunk of
+// rows, then the chunks added in order: the same result whatever the number of threads. `exercise`:
+// grad_x by the exercise (backward v1).
+template <typename T, typename P, typename acc_t>
+void backward_cpu(const T* dy, const T* x, const acc_t* mean, const acc_t* rstd, const P* w, T* dx, P* dw,
+                  P* db, int64_t M, int64_t N, bool exercise) {
   const int64_t rows_per_chunk = std::max<int64_t>(64, (M + 63) / 64);
   const int64_t chunks = (M + rows_per_chunk - 1) / rows_per_chunk;
   std::vector<acc_t> part(chunks * 2 * N, acc_t(0));
@@ -167,6 +179,7 @@ void backward_cpu(const T* dy, const T* x, const acc_t* mean, const acc_t* rstd,
       }
     }
   });
+  if (dw == nullptr && db == nullptr) return;
   at::parallel_for(0, N, 4096, [&](int64_t jb, int64_t je) {
     for (int64_t j = jb; j < je; ++j) {
       acc_t sw = 0, sb = 0;
@@ -174,29 +187,15 @@ void backward_cpu(const T* dy, const T* x, const acc_t* mean, const acc_t* rstd,
         sw += part[ch * 2 * N + j];
         sb += part[ch * 2 * N + N + j];
       }
-      dw[j] = static_cast<T>(sw);
-      db[j] = static_cast<T>(sb);
+      if (dw) dw[j] = static_cast<P>(sw);
+      if (db) db[j] = static_cast<P>(sb);
     }
   });
 }
 
-// x is [..., N] with N >= 1; `param` ([N], x's dtype and device) is weight or bias.
-void check_x(const at::Tensor& x) {
-  check_floating(x, "x");
-  check_cuda_built(x, "x");
-  TORCH_CHECK_VALUE(x.dim() >= 1, "x must have at least one dimension (the one normalized), got a scalar");
-  TORCH_CHECK_VALUE(x.size(-1) >= 1, "x's last dimension (the normalized size N) must be at least 1, got ",
-                    shape_str(x.sizes()));
-  TORCH_CHECK_VALUE(x.size(-1) <= INT_MAX, "x's last dimension must be below 2^31, got ",
-                    std::to_string(x.size(-1)));
-}
-
-void check_param(const at::Tensor& p, const char* name, const at::Tensor& x) {
-  check_floating(p, name);
-  check_same_device(p, name, x, "x");
-  check_same_dtype(p, name, x, "x");
-  check_shape(p, name, {x.size(-1)});
-}
+// ---------------------------------------------------------------------------------------------------
+// Input checks
+// ---------------------------------------------------------------------------------------------------
 
 const char* dtype_name(at::ScalarType s) {
   switch (s) {
@@ -213,8 +212,69 @@ const char* dtype_name(at::ScalarType s) {
   }
 }
 
-std::vector<int64_t> leading_shape(const at::Tensor& x) {
-  return std::vector<int64_t>(x.sizes().begin(), x.sizes().end() - 1);
+// x is [..., *normalized_shape] with at least one element per row; returns N, the row length (the product
+// of normalized_shape). The lessons' calls (normalized_shape = [x.size(-1)]) keep their messages.
+int64_t check_x(const at::Tensor& x, at::IntArrayRef normalized_shape) {
+  check_floating(x, "x");
+  check_cuda_built(x, "x");
+  TORCH_CHECK_VALUE(x.dim() >= 1, "x must have at least one dimension (the one normalized), got a scalar");
+  const int64_t k = int64_t(normalized_shape.size());
+  TORCH_CHECK_VALUE(k >= 1, "normalized_shape must have at least one dimension, got []");
+  TORCH_CHECK_VALUE(x.dim() >= k && x.sizes().slice(x.dim() - k) == normalized_shape,
+                    "x's last dimensions must be normalized_shape ", shape_str(normalized_shape),
+                    ", got x of shape ", shape_str(x.sizes()));
+  int64_t N = 1;
+  for (const int64_t n : normalized_shape) N *= n;
+  if (k == 1) {
+    TORCH_CHECK_VALUE(N >= 1, "x's last dimension (the normalized size N) must be at least 1, got ",
+                      shape_str(x.sizes()));
+  } else {
+    TORCH_CHECK_VALUE(N >= 1, "normalized_shape ", shape_str(normalized_shape),
+                      " must have at least one element (the normalized size N), got x of shape ",
+                      shape_str(x.sizes()));
+  }
+  TORCH_CHECK_VALUE(N <= INT_MAX, "the normalized size N (the product of normalized_shape ",
+                    shape_str(normalized_shape), ") must be below 2^31, got ", std::to_string(N));
+  return N;
+}
+
+// weight and bias (where given) have shape normalized_shape and x's device. Their dtype is x's, or, for a
+// float16/bfloat16 x, float32 for both (what native layer_norm allows: the "mixed" case, computed in float
+// with float32 gradients). Returns the parameters' dtype (x's where neither is given).
+at::ScalarType check_params(const at::Tensor& x, at::IntArrayRef normalized_shape,
+                            const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias) {
+  const bool reduced = x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16;
+  std::optional<at::ScalarType> dtype;
+  for (const auto& [p, name] : {std::pair{&weight, "weight"}, std::pair{&bias, "bias"}}) {
+    if (!p->has_value() || !(*p)->defined()) continue;
+    const at::Tensor& t = **p;
+    check_floating(t, name);
+    check_same_device(t, name, x, "x");
+    if (!reduced) check_same_dtype(t, name, x, "x");
+    TORCH_CHECK_TYPE(!reduced || t.scalar_type() == x.scalar_type() || t.scalar_type() == at::kFloat, name,
+                     " must have the dtype of x (", x.scalar_type(), ") or be float32 (Float), got ",
+                     t.scalar_type());
+    TORCH_CHECK_TYPE(!dtype || *dtype == t.scalar_type(), "weight and bias must have the same dtype (both ",
+                     x.scalar_type(), " like x, or both Float), got weight ", *dtype, " and bias ",
+                     t.scalar_type());
+    check_shape(t, name, normalized_shape);
+    dtype = t.scalar_type();
+  }
+  return dtype.value_or(x.scalar_type());
+}
+
+void check_eps(double eps) {
+  TORCH_CHECK_VALUE(std::isfinite(eps) && eps >= 0, "eps must be a finite number >= 0, got ",
+                    std::to_string(eps));
+}
+
+void check_stats(const at::Tensor& t, const char* name, const at::Tensor& x, at::IntArrayRef leading) {
+  TORCH_CHECK_VALUE(t.defined(), name, " must be a tensor, got None");
+  check_same_device(t, name, x, "x");
+  TORCH_CHECK_TYPE(t.scalar_type() == acc_dtype(x), name, " must be ", dtype_name(acc_dtype(x)),
+                   " (what forward returns for a ", dtype_name(x.scalar_type()), " x), got ",
+                   dtype_name(t.scalar_type()));
+  check_shape(t, name, leading);
 }
 
 // Python's `kernel` name as the enum of layernorm_choices.h: one of `names`, and other than "auto" only
@@ -229,35 +289,97 @@ Kernel kernel_named(const std::string& name, const std::pair<Kernel, const char*
   return kernel;
 }
 
-}  // namespace
+bool defined(const std::optional<at::Tensor>& t) { return t.has_value() && t->defined(); }
 
-std::vector<at::Tensor> forward(const at::Tensor& x_in, const at::Tensor& weight_in,
-                                const at::Tensor& bias_in, double eps, int64_t version,
-                                const std::string& kernel_name) {
-  check_version(version, 3);
-  const ForwardKernel kernel = kernel_named(kernel_name, kForwardKernelNames, "forward", version, 3);
-  check_x(x_in);
-  check_param(weight_in, "weight", x_in);
-  check_param(bias_in, "bias", x_in);
-  TORCH_CHECK_VALUE(std::isfinite(eps) && eps >= 0, "eps must be a finite number >= 0, got ",
-                    std::to_string(eps));
-  const at::Tensor x = x_in.contiguous(), w = weight_in.contiguous(), b = bias_in.contiguous();
-  at::Tensor y = at::empty_like(x);
-  at::Tensor mean = at::empty(leading_shape(x), x.options().dtype(acc_dtype(x)));
-  at::Tensor rstd = at::empty_like(mean);
-  const int64_t N = x.size(-1), M = x.numel() / N;
+// ---------------------------------------------------------------------------------------------------
+// Parameters as the kernels take them: [N] contiguous pointers.
+// ---------------------------------------------------------------------------------------------------
+
+// On the CPU: the tensor's data, or (None) a row of ones or zeros in `fill`; P is the parameters' type.
+template <typename P>
+const P* cpu_param(const std::optional<at::Tensor>& p, int64_t N, float value, at::Tensor& keep,
+                   std::vector<P>& fill) {
+  if (!defined(p)) {
+    fill.assign(N, static_cast<P>(value));
+    return fill.data();
+  }
+  keep = p->contiguous();
+  return keep.data_ptr<P>();
+}
+
+#ifdef WITH_CUDA
+// The CUDA kernels take weight and bias as x's dtype, and read them in their innermost loops (16-byte
+// packs, the registers of each kernel tuned): rather than a null check in six kernels, a None weight or
+// bias becomes a row of ones or zeros of x's dtype, made once per device, dtype, N and value and kept.
+// Never made while a CUDA graph is being captured (the fill would only run when the graph replays): then
+// a new one, which the graph owns, each time. The map is never destroyed (its tensors would be freed after
+// the CUDA runtime shut down at exit).
+at::Tensor constant_row(const at::Tensor& x, int64_t N, int value) {
+  const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(x.device().index());
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  COURSE_CUDA_CHECK(cudaStreamIsCapturing(stream.stream(), &capture));
+  const auto make = [&] { return at::full({N}, value, x.options()); };
+  if (capture != cudaStreamCaptureStatusNone) return make();
+  using Key = std::tuple<int, int, int64_t, int>;
+  static std::mutex mutex;
+  static auto* rows = new std::map<Key, at::Tensor>();
+  const Key key{int(x.device().index()), int(x.scalar_type()), N, value};
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto it = rows->find(key);
+  if (it != rows->end()) return it->second;
+  at::Tensor row = make();
+  stream.synchronize();  // filled before any other stream reads it
+  rows->emplace(key, row);
+  return row;
+}
+
+// On the GPU: the parameter as a contiguous [N] tensor of x's dtype (a float32 one of a mixed call cast to
+// it), or (None) the row of ones or zeros.
+at::Tensor cuda_param(const std::optional<at::Tensor>& p, const at::Tensor& x, int64_t N, int value) {
+  if (!defined(p)) return constant_row(x, N, value);
+  return p->scalar_type() == x.scalar_type() ? p->contiguous() : p->to(x.scalar_type()).contiguous();
+}
+#endif
+
+// ---------------------------------------------------------------------------------------------------
+// Forward and backward for any normalized_shape, None or mixed-dtype parameters, any version.
+// ---------------------------------------------------------------------------------------------------
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_impl(const at::Tensor& x_in,
+                                                            at::IntArrayRef normalized_shape,
+                                                            const std::optional<at::Tensor>& weight,
+                                                            const std::optional<at::Tensor>& bias, double eps,
+                                                            int64_t version, ForwardKernel kernel) {
+  const int64_t N = check_x(x_in, normalized_shape);
+  const at::ScalarType param_type = check_params(x_in, normalized_shape, weight, bias);
+  check_eps(eps);
+  const at::Tensor x = x_in.contiguous();
+  const auto leading = x.sizes().slice(0, x.dim() - normalized_shape.size());
+  at::Tensor y = at::empty(x.sizes(), x.options());
+  at::Tensor mean = at::empty(leading, x.options().dtype(acc_dtype(x)));
+  at::Tensor rstd = at::empty(leading, x.options().dtype(acc_dtype(x)));
+  const int64_t M = x.numel() / N;
   if (M == 0) return {y, mean, rstd};
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "layernorm_forward", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     if (x.is_cpu()) {
-      forward_cpu(x.data_ptr<scalar_t>(), w.data_ptr<scalar_t>(), b.data_ptr<scalar_t>(),
-                  y.data_ptr<scalar_t>(), mean.data_ptr<acc_t>(), rstd.data_ptr<acc_t>(), M, N,
-                  static_cast<acc_t>(eps), version == 2);
+      const auto run = [&](auto param_zero) {
+        using P = decltype(param_zero);
+        at::Tensor wk, bk;
+        std::vector<P> wf, bf;
+        forward_cpu(x.data_ptr<scalar_t>(), cpu_param<P>(weight, N, 1, wk, wf),
+                    cpu_param<P>(bias, N, 0, bk, bf), y.data_ptr<scalar_t>(), mean.data_ptr<acc_t>(),
+                    rstd.data_ptr<acc_t>(), M, N, static_cast<acc_t>(eps), version == 2);
+      };
+      if constexpr (!std::is_same_v<scalar_t, acc_t>)
+        if (param_type == at::kFloat) return run(float{});
+      run(scalar_t{});
       return;
     }
 #ifdef WITH_CUDA
     using cuda_t = typename CudaType<scalar_t>::type;
     const OnDevice on(x);
+    const at::Tensor w = cuda_param(weight, x, N, 1), b = cuda_param(bias, x, N, 0);
     const cuda_t *xp = cuda_ptr<scalar_t>(x), *wp = cuda_ptr<scalar_t>(w), *bp = cuda_ptr<scalar_t>(b);
     cuda_t* yp = cuda_ptr<scalar_t>(y);
     acc_t *mp = mean.data_ptr<acc_t>(), *rp = rstd.data_ptr<acc_t>();
@@ -270,60 +392,268 @@ std::vector<at::Tensor> forward(const at::Tensor& x_in, const at::Tensor& weight
   return {y, mean, rstd};
 }
 
-std::vector<at::Tensor> backward(const at::Tensor& grad_y_in, const at::Tensor& x_in,
-                                 const at::Tensor& mean_in, const at::Tensor& rstd_in,
-                                 const at::Tensor& weight_in, int64_t version,
-                                 const std::string& kernel_name) {
-  check_version(version, 2);
-  const BackwardKernel kernel = kernel_named(kernel_name, kBackwardKernelNames, "backward", version, 2);
-  check_x(x_in);
-  check_param(weight_in, "weight", x_in);
+// output_mask: which of grad_x, grad_weight, grad_bias to return; the others are empty [0] tensors (an op
+// returns tensors, never None). grad_weight and grad_bias have shape normalized_shape and the parameters'
+// dtype (weight's or bias's, x's where neither is given), and are computed whether or not that parameter
+// was None (the sums of grad_y * xhat and of grad_y), as native layer_norm's backward does.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_impl(
+    const at::Tensor& grad_y_in, const at::Tensor& x_in, at::IntArrayRef normalized_shape,
+    const at::Tensor& mean_in, const at::Tensor& rstd_in, const std::optional<at::Tensor>& weight,
+    const std::optional<at::Tensor>& bias, std::array<bool, 3> output_mask, int64_t version,
+    BackwardKernel kernel) {
+  const int64_t N = check_x(x_in, normalized_shape);
+  const at::ScalarType param_type = check_params(x_in, normalized_shape, weight, bias);
   check_floating(grad_y_in, "grad_y");
   check_same_device(grad_y_in, "grad_y", x_in, "x");
   check_same_dtype(grad_y_in, "grad_y", x_in, "x");
   check_shape(grad_y_in, "grad_y", x_in.sizes());
-  const auto leading = leading_shape(x_in);
-  for (const auto& [t, name] : {std::pair{mean_in, "mean"}, std::pair{rstd_in, "rstd"}}) {
-    TORCH_CHECK_VALUE(t.defined(), name, " must be a tensor, got None");
-    check_same_device(t, name, x_in, "x");
-    TORCH_CHECK_TYPE(t.scalar_type() == acc_dtype(x_in), name, " must be ", dtype_name(acc_dtype(x_in)),
-                     " (what forward returns for a ", dtype_name(x_in.scalar_type()), " x), got ",
-                     dtype_name(t.scalar_type()));
-    check_shape(t, name, leading);
-  }
-  const at::Tensor x = x_in.contiguous(), grad_y = grad_y_in.contiguous(), w = weight_in.contiguous();
+  const auto leading = x_in.sizes().slice(0, x_in.dim() - normalized_shape.size());
+  check_stats(mean_in, "mean", x_in, leading);
+  check_stats(rstd_in, "rstd", x_in, leading);
+  const at::Tensor x = x_in.contiguous(), grad_y = grad_y_in.contiguous();
   const at::Tensor mean = mean_in.contiguous(), rstd = rstd_in.contiguous();
-  at::Tensor grad_x = at::empty_like(x);
-  at::Tensor grad_w = at::empty_like(w), grad_b = at::empty_like(w);
-  const int64_t N = x.size(-1), M = x.numel() / N;
-  if (M == 0) return {grad_x, grad_w.zero_(), grad_b.zero_()};
+  const bool want_x = output_mask[0], want_w = output_mask[1], want_b = output_mask[2];
+  const auto param_options = x.options().dtype(param_type);
+  at::Tensor grad_x = want_x ? at::empty(x.sizes(), x.options()) : at::empty({0}, x.options());
+  at::Tensor grad_w = want_w ? at::empty(normalized_shape, param_options) : at::empty({0}, param_options);
+  at::Tensor grad_b = want_b ? at::empty(normalized_shape, param_options) : at::empty({0}, param_options);
+  const int64_t M = x.numel() / N;
+  if (M == 0) {
+    if (want_w) grad_w.zero_();
+    if (want_b) grad_b.zero_();
+    return {grad_x, grad_w, grad_b};
+  }
+  // the kernels always write grad_x: where it is not wanted, into a buffer that is dropped
+  const at::Tensor dx = want_x ? grad_x : at::empty(x.sizes(), x.options());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "layernorm_backward", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     if (x.is_cpu()) {
-      backward_cpu(grad_y.data_ptr<scalar_t>(), x.data_ptr<scalar_t>(), mean.data_ptr<acc_t>(),
-                   rstd.data_ptr<acc_t>(), w.data_ptr<scalar_t>(), grad_x.data_ptr<scalar_t>(),
-                   grad_w.data_ptr<scalar_t>(), grad_b.data_ptr<scalar_t>(), M, N, version == 1);
+      const auto run = [&](auto param_zero) {
+        using P = decltype(param_zero);
+        at::Tensor wk;
+        std::vector<P> wf;
+        backward_cpu(grad_y.data_ptr<scalar_t>(), x.data_ptr<scalar_t>(), mean.data_ptr<acc_t>(),
+                     rstd.data_ptr<acc_t>(), cpu_param<P>(weight, N, 1, wk, wf), dx.data_ptr<scalar_t>(),
+                     want_w ? grad_w.data_ptr<P>() : nullptr, want_b ? grad_b.data_ptr<P>() : nullptr, M, N,
+                     version == 1);
+      };
+      if constexpr (!std::is_same_v<scalar_t, acc_t>)
+        if (param_type == at::kFloat) return run(float{});
+      run(scalar_t{});
       return;
     }
 #ifdef WITH_CUDA
     using cuda_t = typename CudaType<scalar_t>::type;
     const OnDevice on(x);
+    const at::Tensor w = cuda_param(weight, x, N, 1);
+    // The kernels write [N] sums of x's dtype: into grad_weight and grad_bias themselves where those are
+    // wanted and of x's dtype; else into buffers, cast to float32 afterwards for a mixed call.
+    const bool same = param_type == x.scalar_type();
+    at::Tensor dw = want_w && same ? grad_w : at::empty({N}, x.options());
+    at::Tensor db = want_b && same ? grad_b : at::empty({N}, x.options());
     const cuda_t *gy = cuda_ptr<scalar_t>(grad_y), *xp = cuda_ptr<scalar_t>(x), *wp = cuda_ptr<scalar_t>(w);
-    cuda_t* gx = cuda_ptr<scalar_t>(grad_x);
+    cuda_t* gx = cuda_ptr<scalar_t>(dx);
     if (version == 1) {
       layernorm_backward_v1<cuda_t>(gy, xp, mean.data_ptr<acc_t>(), rstd.data_ptr<acc_t>(), wp, gx,
-                                    cuda_ptr<scalar_t>(grad_w), cuda_ptr<scalar_t>(grad_b), M, int(N),
-                                    on.stream);
-      return;
+                                    cuda_ptr<scalar_t>(dw), cuda_ptr<scalar_t>(db), M, int(N), on.stream);
+    } else {
+      at::Tensor workspace = at::empty(
+          {layernorm_backward_v2_workspace<cuda_t>(gy, xp, wp, gx, M, int(N), kernel)}, mean.options());
+      layernorm_backward_v2<cuda_t>(gy, xp, mean.data_ptr<acc_t>(), rstd.data_ptr<acc_t>(), wp, gx,
+                                    cuda_ptr<scalar_t>(dw), cuda_ptr<scalar_t>(db),
+                                    workspace.data_ptr<acc_t>(), M, int(N), on.stream, kernel);
     }
-    at::Tensor workspace = at::empty(
-        {layernorm_backward_v2_workspace<cuda_t>(gy, xp, wp, gx, M, int(N), kernel)}, mean.options());
-    layernorm_backward_v2<cuda_t>(gy, xp, mean.data_ptr<acc_t>(), rstd.data_ptr<acc_t>(), wp, gx,
-                                  cuda_ptr<scalar_t>(grad_w), cuda_ptr<scalar_t>(grad_b),
-                                  workspace.data_ptr<acc_t>(), M, int(N), on.stream, kernel);
+    if (want_w && !same) grad_w.view({N}).copy_(dw);
+    if (want_b && !same) grad_b.view({N}).copy_(db);
 #endif
   });
   return {grad_x, grad_w, grad_b};
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------
+// Lesson 03's functions (the pybind11 module): over the last dimension, weight and bias given.
+// ---------------------------------------------------------------------------------------------------
+
+std::vector<at::Tensor> forward(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                                double eps, int64_t version, const std::string& kernel_name) {
+  check_version(version, 3);
+  const ForwardKernel kernel = kernel_named(kernel_name, kForwardKernelNames, "forward", version, 3);
+  check_defined(weight, "weight");
+  check_defined(bias, "bias");
+  check_floating(x, "x");
+  TORCH_CHECK_VALUE(x.dim() >= 1, "x must have at least one dimension (the one normalized), got a scalar");
+  auto [y, mean, rstd] = forward_impl(x, {x.size(-1)}, weight, bias, eps, version, kernel);
+  return {y, mean, rstd};
+}
+
+std::vector<at::Tensor> backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& mean,
+                                 const at::Tensor& rstd, const at::Tensor& weight, int64_t version,
+                                 const std::string& kernel_name) {
+  check_version(version, 2);
+  const BackwardKernel kernel = kernel_named(kernel_name, kBackwardKernelNames, "backward", version, 2);
+  check_defined(weight, "weight");
+  check_floating(x, "x");
+  TORCH_CHECK_VALUE(x.dim() >= 1, "x must have at least one dimension (the one normalized), got a scalar");
+  auto [gx, gw, gb] = backward_impl(grad_y, x, {x.size(-1)}, mean, rstd, weight, std::nullopt,
+                                    {true, true, true}, version, kernel);
+  return {gx, gw, gb};
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The op as a real PyTorch op (lesson 04), with aten::layer_norm's arguments:
+//
+//   course::layer_norm(x, normalized_shape, weight?, bias?, eps) -> y              differentiable (Autograd
+//       kernel below); its CPU and CUDA kernels serve calls that need no gradient
+//   course::layer_norm_forward(same) -> (y, mean, rstd)                             what autograd saves
+//   course::layer_norm_backward(grad_y, x, normalized_shape, mean, rstd, weight?, bias?, output_mask)
+//       -> (grad_x, grad_weight, grad_bias)
+//
+// The kernels are forward v3 and backward v2 with kernel "auto", the fastest. Under
+// torch.autocast("cuda") layer_norm runs in float32, as native layer_norm does (it is on autocast's
+// float32 list for CUDA; on the CPU autocast leaves native layer_norm alone, and so ours). The fake kernels
+// torch.compile traces with are in helpers/ops/layernorm.py.
+// ---------------------------------------------------------------------------------------------------
+
+using ForwardResult = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+
+ForwardResult layer_norm_forward_kernel(const at::Tensor& x, at::IntArrayRef normalized_shape,
+                                        const std::optional<at::Tensor>& weight,
+                                        const std::optional<at::Tensor>& bias, double eps) {
+  return forward_impl(x, normalized_shape, weight, bias, eps, 3, ForwardKernel::kAuto);
+}
+
+at::Tensor layer_norm_kernel(const at::Tensor& x, at::IntArrayRef normalized_shape,
+                             const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+                             double eps) {
+  return std::get<0>(forward_impl(x, normalized_shape, weight, bias, eps, 3, ForwardKernel::kAuto));
+}
+
+ForwardResult layer_norm_backward_kernel(const at::Tensor& grad_y, const at::Tensor& x,
+                                         at::IntArrayRef normalized_shape, const at::Tensor& mean,
+                                         const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
+                                         const std::optional<at::Tensor>& bias,
+                                         std::array<bool, 3> output_mask) {
+  return backward_impl(grad_y, x, normalized_shape, mean, rstd, weight, bias, output_mask, 2,
+                       BackwardKernel::kAuto);
+}
+
+// The signatures the dispatcher calls them with (SymInt[]: under torch.compile with dynamic shapes the
+// sizes may be symbols; the CPU and CUDA kernels above only ever see numbers).
+using LayerNormSig = at::Tensor(const at::Tensor&, c10::SymIntArrayRef, const std::optional<at::Tensor>&,
+                                const std::optional<at::Tensor>&, double);
+using ForwardSig = ForwardResult(const at::Tensor&, c10::SymIntArrayRef, const std::optional<at::Tensor>&,
+                                 const std::optional<at::Tensor>&, double);
+using BackwardSig = ForwardResult(const at::Tensor&, const at::Tensor&, c10::SymIntArrayRef,
+                                  const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                                  const std::optional<at::Tensor>&, std::array<bool, 3>);
+
+// forward and backward call the ops through the dispatcher, below the Autograd key: under torch.compile
+// the tensors are fake, and the dispatcher sends them to the fake kernels instead of ours. Saved: x,
+// weight, bias (None stays None), mean and rstd, and how many trailing dimensions are normalized.
+class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            c10::SymIntArrayRef normalized_shape, const std::optional<at::Tensor>& weight,
+                            const std::optional<at::Tensor>& bias, double eps) {
+    static const auto forward_op = op<ForwardSig>("layer_norm_forward");
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    auto [y, mean, rstd] = forward_op.call(x, normalized_shape, weight, bias, eps);
+    ctx->save_for_backward({x, weight.value_or(at::Tensor()), bias.value_or(at::Tensor()), mean, rstd});
+    ctx->saved_data["dims"] = int64_t(normalized_shape.size());
+    return y;
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    static const auto backward_op = op<BackwardSig>("layer_norm_backward");
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &weight = saved[1], &bias = saved[2];
+    // needs_input_grad counts the tensor arguments that were given: x, then weight and bias where not None
+    size_t edge = 0;
+    const bool want_x = ctx->needs_input_grad(edge++);
+    const bool want_w = weight.defined() && ctx->needs_input_grad(edge++);
+    const bool want_b = bias.defined() && ctx->needs_input_grad(edge++);
+    const int64_t dims = ctx->saved_data["dims"].toInt();
+    const auto normalized_shape = x.sym_sizes().slice(x.dim() - dims);
+    auto [grad_x, grad_w, grad_b] = [&] {
+      const at::AutoDispatchBelowADInplaceOrView below_autograd;
+      return backward_op.call(grads[0], x, normalized_shape, saved[3], saved[4],
+                              weight.defined() ? std::optional<at::Tensor>(weight) : std::nullopt,
+                              bias.defined() ? std::optional<at::Tensor>(bias) : std::nullopt,
+                              {want_x, want_w, want_b});
+    }();
+    torch::autograd::variable_list inputs = {grads[0], x};
+    if (weight.defined()) inputs.push_back(weight);
+    if (bias.defined()) inputs.push_back(bias);
+    // one gradient per argument of forward: x, normalized_shape, weight, bias, eps
+    return once_differentiable("layer_norm",
+                               {want_x ? grad_x : at::Tensor(), at::Tensor(), want_w ? grad_w : at::Tensor(),
+                                want_b ? grad_b : at::Tensor(), at::Tensor()},
+                               inputs);
+  }
+};
+
+// The devices are checked here, before the dispatcher picks the next kernel: it picks by every tensor's
+// device, so a CPU x with a "meta" weight would go to the meta (fake) kernel, not to ours that says what
+// is wrong.
+at::Tensor layer_norm_autograd(const at::Tensor& x, c10::SymIntArrayRef normalized_shape,
+                               const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+                               double eps) {
+  if (defined(weight)) check_same_device(*weight, "weight", x, "x");
+  if (defined(bias)) check_same_device(*bias, "bias", x, "x");
+  return LayerNormFunction::apply(x, normalized_shape, weight, bias, eps);
+}
+
+// Autocast on CUDA: native layer_norm's rule (float32), applied as ATen's own autocast wrappers do: each
+// floating CUDA tensor that is not float64 cast to float32 (cached_cast keeps a cast of a parameter for
+// the rest of the autocast region), then the op called again with autocast off.
+at::Tensor layer_norm_autocast_cuda(const at::Tensor& x, c10::SymIntArrayRef normalized_shape,
+                                    const std::optional<at::Tensor>& weight,
+                                    const std::optional<at::Tensor>& bias, double eps) {
+  static const auto layer_norm_op = op<LayerNormSig>("layer_norm");
+  const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCUDA);
+  const auto cuda = c10::DeviceType::CUDA;
+  return layer_norm_op.call(at::autocast::cached_cast(at::kFloat, x, cuda), normalized_shape,
+                            at::autocast::cached_cast(at::kFloat, weight, cuda),
+                            at::autocast::cached_cast(at::kFloat, bias, cuda), eps);
+}
+
+COURSE_LIBRARY(m) {
+  define(
+      m,
+      "layer_norm(Tensor x, SymInt[] normalized_shape, Tensor? weight, Tensor? bias, float eps) -> Tensor");
+  define(
+      m,
+      "layer_norm_forward(Tensor x, SymInt[] normalized_shape, Tensor? weight, Tensor? bias, float eps) -> "
+      "(Tensor, Tensor, Tensor)");
+  define(m,
+         "layer_norm_backward(Tensor grad_y, Tensor x, SymInt[] normalized_shape, Tensor mean, Tensor rstd, "
+         "Tensor? weight, Tensor? bias, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
+}
+TORCH_LIBRARY_IMPL(course, CPU, m) {
+  m.impl("layer_norm", &layer_norm_kernel);
+  m.impl("layer_norm_forward", &layer_norm_forward_kernel);
+  m.impl("layer_norm_backward", &layer_norm_backward_kernel);
+}
+#ifdef WITH_CUDA
+TORCH_LIBRARY_IMPL(course, CUDA, m) {
+  m.impl("layer_norm", &layer_norm_kernel);
+  m.impl("layer_norm_forward", &layer_norm_forward_kernel);
+  m.impl("layer_norm_backward", &layer_norm_backward_kernel);
+}
+#endif
+TORCH_LIBRARY_IMPL(course, Autograd, m) { m.impl("layer_norm", &layer_norm_autograd); }
+TORCH_LIBRARY_IMPL(course, AutocastCUDA, m) { m.impl("layer_norm", &layer_norm_autocast_cuda); }
+
+// The registered op called from C++, for lessons that hold the pybind11 module: the same differentiable op
+// as torch.ops.course.layer_norm.
+at::Tensor layer_norm(const at::Tensor& x, std::vector<int64_t> normalized_shape,
+                      const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+                      double eps) {
+  static const auto layer_norm_op = op<LayerNormSig>("layer_norm");
+  return layer_norm_op.call(x, c10::fromIntArrayRefSlow(normalized_shape), weight, bias, eps);
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -333,4 +663,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("backward", &backward, "[grad_x, grad_weight, grad_bias]", py::arg("grad_y"), py::arg("x"),
         py::arg("mean"), py::arg("rstd"), py::arg("weight"), py::arg("version") = 2,
         py::arg("kernel") = "auto");
+  m.def("layer_norm", &layer_norm, "torch.ops.course.layer_norm: y, differentiable", py::arg("x"),
+        py::arg("normalized_shape"), py::arg("weight") = py::none(), py::arg("bias") = py::none(),
+        py::arg("eps") = 1e-5);
 }

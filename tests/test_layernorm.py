@@ -1,6 +1,10 @@
 """kernels/layernorm.*: every version on the CPU and (on a GPU) CUDA against torch.nn.functional.layer_norm,
-gradients, numerics on rows with a large mean, determinism, bad input."""
+gradients, numerics on rows with a large mean, determinism, bad input; and (lesson 04) the registered ops
+torch.ops.course.layer_norm, layer_norm_forward and layer_norm_backward: opcheck, native's arguments (several
+normalized dimensions, None parameters, float32 parameters beside a half x), autocast, torch.compile, the
+module against nn.LayerNorm, CUDA graph capture."""
 
+import math
 import re
 
 import pytest
@@ -399,3 +403,373 @@ def test_kernel_file_header_maps_every_kernel(name):
     assert defined and defined <= named, f"{name} defines kernels its header does not map: {sorted(defined - named)}"
     missing = named - set(re.findall(kernel, everywhere))
     assert not missing, f"{name}'s header names kernels that do not exist: {sorted(missing)}"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Lesson 04: torch.ops.course.layer_norm, layer_norm_forward and layer_norm_backward (kernels/layernorm.cpp, fake
+# kernels in helpers/ops/layernorm.py). PyTorch's own sample inputs: tests/test_layernorm_opinfo.py.
+# ---------------------------------------------------------------------------------------------------------------
+
+REDUCED = [torch.float16, torch.bfloat16]
+
+
+def op_cases(device, dtype):
+    """(id, x, normalized_shape, weight, bias, eps): the odd shapes and arguments the op takes."""
+    g = torch.Generator().manual_seed(0)
+
+    def t(*shape, dt=dtype):
+        return (torch.randn(shape, generator=g) * 2 + 0.5).to(device=device, dtype=dt)
+
+    cases = [
+        ("M0", t(0, 5), [5], t(5), t(5), EPS),
+        ("M0_3d", t(2, 0, 7), [7], t(7), t(7), EPS),
+        ("N1", t(4, 1), [1], t(1), t(1), EPS),
+        ("transposed_x", t(7, 3).t(), [7], t(7), t(7), EPS),
+        ("3d", t(2, 3, 33), [33], t(33), t(33), 1e-3),
+        ("two_dims", t(2, 3, 4), [3, 4], t(3, 4), t(3, 4), EPS),
+        ("all_dims", t(2, 3, 4), [2, 3, 4], t(2, 3, 4), t(2, 3, 4), EPS),
+        ("no_weight", t(5, 8), [8], None, t(8), EPS),
+        ("no_bias", t(5, 8), [8], t(8), None, EPS),
+        ("neither", t(5, 130), [130], None, None, EPS),
+        ("strided_params", t(4, 6), [6], t(12)[::2], t(12)[::2], EPS),
+    ]
+    if dtype in REDUCED:  # native's mixed case: float32 parameters beside a float16/bfloat16 x
+        cases.append(("float32_params", t(3, 16), [16], t(16, dt=torch.float32), t(16, dt=torch.float32), EPS))
+        cases.append(("float32_weight_only", t(3, 16), [16], t(16, dt=torch.float32), None, EPS))
+    return cases
+
+
+DTYPE_CASES = [(dtype, c[0]) for dtype in DTYPES for c in op_cases("cpu", dtype)]
+
+
+def op_case(device, dtype, name):
+    return next(c[1:] for c in op_cases(device, dtype) if c[0] == name)
+
+
+def grad_leaves(x, w, b):
+    return [t if t is None else t.detach().clone().requires_grad_() for t in (x, w, b)]
+
+
+@pytest.mark.parametrize("dtype, case", DTYPE_CASES, ids=[f"{c}-{str(d)[6:]}" for d, c in DTYPE_CASES])
+def test_opcheck_every_op(device, dtype, case):
+    """torch.library.opcheck (schema, autograd registration, fake kernel against the real one, AOT dispatch
+    with dynamic shapes) for layer_norm with inputs that require grad, layer_norm_forward, and
+    layer_norm_backward with every output_mask that autograd asks for."""
+    ln.register()
+    x, shape, w, b, eps = op_case(device, dtype, case)
+    torch.library.opcheck(
+        torch.ops.course.layer_norm.default, (*grad_leaves(x, w, b)[:1], shape, *grad_leaves(x, w, b)[1:], eps)
+    )
+    torch.library.opcheck(torch.ops.course.layer_norm_forward.default, (x, shape, w, b, eps))
+    _, mean, rstd = torch.ops.course.layer_norm_forward(x, shape, w, b, eps)
+    gy = torch.randn(x.shape, generator=torch.Generator().manual_seed(1)).to(device, dtype)
+    for mask in ([True, w is not None, b is not None], [True, False, False], [False, True, True]):
+        args = (gy, x, shape, mean, rstd, w, b, mask)
+        torch.library.opcheck(torch.ops.course.layer_norm_backward.default, args)
+
+
+@pytest.mark.parametrize("dtype, case", DTYPE_CASES, ids=[f"{c}-{str(d)[6:]}" for d, c in DTYPE_CASES])
+def test_op_matches_native_layer_norm(device, dtype, case):
+    """Output and gradients (of x and of each parameter given) against native F.layer_norm in float64 on the
+    same values, rounded; dtypes and shapes as native's in the case's own dtypes (float32 parameters of a
+    half x get float32 gradients)."""
+    x, shape, w, b, eps = op_case(device, dtype, case)
+    ours, native = grad_leaves(x, w, b), grad_leaves(x, w, b)
+    wide = [t if t is None else t.detach().double().requires_grad_() for t in (x, w, b)]
+    with check.poisoned():
+        y = ln.layer_norm_like_native(ours[0], shape, ours[1], ours[2], eps)
+    want = F.layer_norm(native[0], shape, native[1], native[2], eps)
+    exact = F.layer_norm(wide[0], shape, wide[1], wide[2], eps)
+    assert (y.dtype, y.shape) == (want.dtype, want.shape) and y.is_contiguous()
+    mixed_on_gpu = device.type == "cuda" and w is not None and w.dtype != x.dtype
+    # on the GPU a float32 weight and bias are rounded to x's dtype first: up to 2 more roundings in y
+    tol_y = dict(rtol=3e-2, atol=5e-2) if mixed_on_gpu else {}
+    check.assert_close(y, exact.to(y.dtype), name="y", **tol_y)
+    gy = torch.randn(x.shape, generator=torch.Generator().manual_seed(1)).to(device, dtype)
+    leaves = [i for i, t in enumerate(ours) if t is not None]
+    with check.poisoned():
+        got = torch.autograd.grad(y, [ours[i] for i in leaves], gy)
+    theirs = torch.autograd.grad(want, [native[i] for i in leaves], gy)
+    wanted = torch.autograd.grad(exact, [wide[i] for i in leaves], gy.double())
+    rows = max(1, x.numel() // max(1, math.prod(shape)))
+    for i, g, n, e in zip(leaves, got, theirs, wanted):
+        name = ("grad_x", "grad_weight", "grad_bias")[i]
+        assert (g.dtype, g.shape) == (n.dtype, n.shape), name
+        if i == 0:
+            tol = grad_tolerances(dtype, rows)[0]
+        elif g.dtype == torch.float32 and dtype in REDUCED and device.type == "cpu":
+            tol = dict(rtol=1e-4, atol=1e-4)  # summed in float and kept float32, as native does
+        elif g.dtype == torch.float32 and dtype in REDUCED:
+            tol = dict(rtol=1e-2, atol=1e-2 * rows**0.5)  # GPU: summed in float, rounded to x's dtype once
+        else:
+            tol = grad_tolerances(dtype, rows)[1]
+        check.assert_close(g, e.to(g.dtype), name=name, **tol)
+
+
+@pytest.mark.parametrize("dtype", REDUCED, ids=str)
+def test_float32_parameters_beside_a_half_input_like_native(device, dtype):
+    """What native layer_norm allows and how (the mixed case): x float16/bfloat16, weight and bias float32 ->
+    y in x's dtype, grad_weight and grad_bias float32. One float32 and one half parameter, or float32 for a
+    float32 x's float64 parameters, are refused as native refuses them."""
+    x = torch.randn(64, 256, device=device).to(dtype)
+    w, b = torch.randn(256, device=device), torch.randn(256, device=device)
+    y = ln.layer_norm(x, w, b)
+    assert y.dtype == dtype == F.layer_norm(x, (256,), w, b).dtype
+    with pytest.raises(TypeError, match="weight and bias must have the same dtype"):
+        ln.layer_norm(x, w, b.to(dtype))
+    with pytest.raises(TypeError, match=re.escape("or be float32 (Float), got Double")):
+        ln.layer_norm(x, w.double(), b.double())
+    with pytest.raises(TypeError, match=re.escape("weight must have the dtype of x (Float), got Double")):
+        ln.layer_norm(x.float(), w.double(), b.double())
+
+
+def test_autocast_kernels_are_where_native_has_them():
+    """Native layer_norm is on CUDA autocast's float32 list and has no CPU autocast rule (checked on the CPU:
+    under torch.autocast("cpu") it runs in the input's dtype). Ours has the same autocast keys."""
+    ln.register()
+
+    def autocast_keys(op):
+        table = torch._C._dispatch_dump(op)
+        return {key for key in ("AutocastCPU", "AutocastCUDA") if re.search(rf"^{key}:", table, re.M)}
+
+    assert autocast_keys("aten::layer_norm") == {"AutocastCUDA"} == autocast_keys("course::layer_norm")
+
+
+@pytest.mark.parametrize(
+    "x_dtype, p_dtype",
+    [(torch.float32, torch.float32), (torch.bfloat16, torch.float32), (torch.bfloat16, torch.bfloat16)],
+    ids=str,
+)
+def test_cpu_autocast_matches_native(x_dtype, p_dtype):
+    """Under torch.autocast("cpu", bfloat16) native layer_norm keeps its input's dtype (no CPU autocast rule);
+    ours gives the same dtypes and values, forward and backward."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(16, 64, generator=g).to(x_dtype)
+    w, b = torch.randn(64, generator=g).to(p_dtype), torch.randn(64, generator=g).to(p_dtype)
+    ours, native = grad_leaves(x, w, b), grad_leaves(x, w, b)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = ln.layer_norm(*ours)
+        want = F.layer_norm(native[0], (64,), native[1], native[2], EPS)
+    assert y.dtype == want.dtype == x_dtype
+    check.assert_close(y, want)
+    gy = torch.randn(y.shape, generator=g).to(y.dtype)
+    for got, exp, name in zip(torch.autograd.grad(y, ours, gy), torch.autograd.grad(want, native, gy), "xwb"):
+        assert got.dtype == exp.dtype, name
+        check.assert_close(got, exp, name=f"grad {name}", rtol=2e-2, atol=2e-2)
+
+
+@needs_gpu
+@pytest.mark.parametrize(
+    "x_dtype, p_dtype",
+    [
+        (torch.bfloat16, torch.bfloat16),
+        (torch.bfloat16, torch.float32),
+        (torch.float32, torch.float32),
+        (torch.float16, torch.float16),
+    ],
+    ids=str,
+)
+def test_cuda_autocast_runs_in_float32_like_native(x_dtype, p_dtype):
+    """Under torch.autocast("cuda", bfloat16) native layer_norm casts its inputs to float32 (CUDA's float32
+    list): ours too, so y is float32 and the values are float32's; the gradients come back in each input's
+    dtype through the casts."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 512, generator=g).to("cuda", x_dtype)
+    w, b = (torch.randn(512, generator=g).to("cuda", p_dtype) for _ in range(2))
+    ours, native = grad_leaves(x, w, b), grad_leaves(x, w, b)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        y = ln.layer_norm(*ours)
+        want = F.layer_norm(native[0], (512,), native[1], native[2], EPS)
+    assert y.dtype == want.dtype == torch.float32
+    check.assert_close(y, want, rtol=1e-5, atol=1e-5)
+    gy = torch.randn(y.shape, generator=g).to("cuda")
+    for got, exp, name in zip(torch.autograd.grad(y, ours, gy), torch.autograd.grad(want, native, gy), "xwb"):
+        assert got.dtype == exp.dtype, name
+        tol = dict(rtol=1e-4, atol=1e-3) if got.dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+        check.assert_close(got, exp, name=f"grad {name}", **tol)
+
+
+MODULE_CONFIGS = {
+    "affine": dict(normalized_shape=48),
+    "no_bias": dict(normalized_shape=48, bias=False),
+    "no_affine": dict(normalized_shape=48, elementwise_affine=False),
+    "two_dims": dict(normalized_shape=(6, 8), eps=1e-3),
+}
+
+
+def _modules(config, device, dtype=torch.float32):
+    torch.manual_seed(0)
+    ours = ln.LayerNorm(**config, device=device, dtype=dtype)
+    ref = torch.nn.LayerNorm(**config, device=device, dtype=dtype)
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.normal_()
+    ours.load_state_dict(ref.state_dict())
+    return ours, ref
+
+
+def _x_for(module, device, batch=2, dtype=torch.float32):
+    g = torch.Generator().manual_seed(batch)
+    return torch.randn(batch, 5, *module.normalized_shape, generator=g).to(device, dtype).requires_grad_()
+
+
+@pytest.mark.parametrize("config", MODULE_CONFIGS.values(), ids=MODULE_CONFIGS)
+def test_module_takes_what_nn_layernorm_takes(device, config):
+    """The same parameters (None where nn.LayerNorm has None), initialization, repr and state_dict; the
+    same output and gradients."""
+    torch.manual_seed(0)
+    fresh_ours, fresh_ref = ln.LayerNorm(**config, device=device), torch.nn.LayerNorm(**config, device=device)
+    assert repr(fresh_ours).split("(", 1)[1] == repr(fresh_ref).split("(", 1)[1]
+    assert [(n, p.shape) for n, p in fresh_ours.named_parameters()] == [
+        (n, p.shape) for n, p in fresh_ref.named_parameters()
+    ]
+    assert (fresh_ours.weight is None, fresh_ours.bias is None) == (fresh_ref.weight is None, fresh_ref.bias is None)
+    for a, r in zip(fresh_ours.parameters(), fresh_ref.parameters()):
+        assert torch.equal(a, r)  # ones and zeros: reset_parameters
+    ours, ref = _modules(config, device)
+    x = _x_for(ours, device)
+    xr = x.detach().clone().requires_grad_()
+    y, want = ours(x), ref(xr)
+    check.assert_close(y, want, rtol=1e-5, atol=1e-5)
+    gy = torch.randn_like(y)
+    y.backward(gy)
+    want.backward(gy)
+    check.assert_close(x.grad, xr.grad, name="grad x", rtol=1e-4, atol=1e-4)
+    for (name, p), r in zip(ours.named_parameters(), ref.parameters()):
+        check.assert_close(p.grad, r.grad, name=f"grad {name}", rtol=1e-4, atol=1e-4)
+    assert "LayerNormFunction" in y.grad_fn.name()  # autograd's node is the C++ Function: no Python in the step
+    assert not isinstance(y.grad_fn, torch.autograd.function.BackwardCFunction)
+
+
+@pytest.mark.parametrize("config", MODULE_CONFIGS.values(), ids=MODULE_CONFIGS)
+def test_module_compiles_fullgraph_and_matches_eager(device, config):
+    """torch.compile(fullgraph=True) around the module: no graph break (torch._dynamo.explain), forward and
+    backward (AOTAutograd's graphs of layer_norm_forward and layer_norm_backward, traced with the fakes)
+    equal to eager; a second batch size recompiles with dynamic shapes (the fakes with symbolic sizes)."""
+    module, _ = _modules(config, device)
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(module)(_x_for(module, device))
+    assert explained.graph_break_count == 0, explained.break_reasons
+    assert explained.graph_count == 1
+    compiled = torch.compile(module, fullgraph=True)
+    for batch in (2, 3, 4):
+        x = _x_for(module, device, batch)
+        xe = x.detach().clone().requires_grad_()
+        y, want = compiled(x), module(xe)
+        check.assert_close(y, want, rtol=1e-6, atol=1e-6)
+        gy = torch.randn_like(y)
+        got = torch.autograd.grad(y, [x, *module.parameters()], gy)
+        exp = torch.autograd.grad(want, [xe, *module.parameters()], gy)
+        for name, a, e in zip(["x", *dict(module.named_parameters())], got, exp):
+            check.assert_close(a, e, name=f"grad {name}", rtol=1e-6, atol=1e-6)
+
+
+def test_functional_calls_compile_without_graph_breaks(device):
+    x = torch.randn(4, 6, 8, device=device, requires_grad=True)
+    w, b = torch.randn(8, device=device), torch.randn(6, 8, device=device)
+
+    def fn(x):
+        return ln.layer_norm(x, w, None) * 2 + ln.layer_norm_like_native(x, (6, 8), None, b)
+
+    torch._dynamo.reset()
+    assert torch._dynamo.explain(fn)(x).graph_break_count == 0
+    check.assert_close(torch.compile(fn, fullgraph=True)(x), fn(x), rtol=1e-6, atol=1e-6)
+
+
+def test_the_pybind_binding_is_the_same_op(ext, device):
+    x, w, b = inputs((3, 2, 16), torch.float32, device)
+    assert torch.equal(ext.layer_norm(x, [2, 16], None, None), ln.layer_norm_like_native(x, (2, 16)))
+    assert torch.equal(ext.layer_norm(x, [16], w, b, EPS), ln.layer_norm(x, w, b))
+    y = ext.layer_norm(x.requires_grad_(), [16], w, b)
+    assert "LayerNormFunction" in y.grad_fn.name()
+
+
+def test_lesson_versions_need_weight_and_bias(device):
+    x, w, _ = inputs((2, 8), torch.float32, device)
+    with pytest.raises(ValueError, match="None for either needs version 3"):
+        ln.layer_norm(x, w, None, version=1)
+
+
+def test_op_refuses_bad_shapes_naming_them(device):
+    x = torch.ones(2, 3, 4, device=device)
+    with pytest.raises(
+        ValueError, match=re.escape("x's last dimensions must be normalized_shape [2, 4], got x of shape [2, 3, 4]")
+    ):
+        ln.layer_norm_like_native(x, (2, 4))
+    with pytest.raises(ValueError, match=re.escape("normalized_shape must have at least one dimension, got []")):
+        ln.layer_norm_like_native(x, ())
+    with pytest.raises(ValueError, match=re.escape("weight must have shape [3, 4], got [12]")):
+        ln.layer_norm_like_native(x, (3, 4), torch.ones(12, device=device))
+    with pytest.raises(ValueError, match=re.escape("x's last dimensions must be normalized_shape [1, 2, 3, 4]")):
+        ln.layer_norm_like_native(x, (1, 2, 3, 4))
+    ln.register()
+    with pytest.raises(ValueError, match=re.escape("mean must have shape [2, 3], got [6]")):
+        torch.ops.course.layer_norm_backward(
+            x, x, [4], torch.ones(6, device=device), torch.ones(2, 3, device=device), None, None, [True, True, True]
+        )
+
+
+def test_backward_op_returns_only_what_output_mask_asks_for(device):
+    """Left-out gradients are empty [0] tensors; grad_weight and grad_bias are computed where the parameter
+    is None too (the sums of grad_y * xhat and of grad_y), in the parameters' dtype (x's when both None)."""
+    ln.register()
+    x = torch.randn(6, 2, 5, device=device, dtype=torch.bfloat16)
+    _, mean, rstd = torch.ops.course.layer_norm_forward(x, [2, 5], None, None, EPS)
+    gy = torch.randn_like(x)
+    gx, gw, gb = torch.ops.course.layer_norm_backward(gy, x, [2, 5], mean, rstd, None, None, [False, True, True])
+    assert gx.shape == (0,) and gw.shape == gb.shape == (2, 5) and gw.dtype == torch.bfloat16
+    xhat = (x.float() - mean.float()[..., None, None]) * rstd[..., None, None]
+    check.assert_close(gw, (gy.float() * xhat).sum(0).to(torch.bfloat16), name="grad_weight", rtol=2e-2, atol=2e-2)
+    check.assert_close(gb, gy.float().sum(0).to(torch.bfloat16), name="grad_bias", rtol=2e-2, atol=2e-2)
+    w = torch.ones(2, 5, device=device)
+    gx, gw, gb = torch.ops.course.layer_norm_backward(gy, x, [2, 5], mean, rstd, w, None, [True, False, False])
+    assert gx.shape == x.shape and gw.shape == gb.shape == (0,) and gw.dtype == gb.dtype == torch.float32
+
+
+@needs_gpu
+@pytest.mark.parametrize("config", MODULE_CONFIGS.values(), ids=MODULE_CONFIGS)
+def test_cuda_graph_capture_of_forward_and_backward(config):
+    """The module's forward and backward (torch.autograd.grad) captured in a CUDA graph, after a warm-up on a
+    side stream as PyTorch's docs do it: replayed on new input values, the same bits as eager (the kernels
+    are deterministic)."""
+    module, _ = _modules(config, "cuda", torch.bfloat16)
+    params = list(module.parameters())
+    x = _x_for(module, "cuda", 64, torch.bfloat16)
+    gy = torch.randn(x.shape, device="cuda", dtype=torch.bfloat16)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            torch.autograd.grad(module(x), [x, *params], gy)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = module(x)
+        grads = torch.autograd.grad(y, [x, *params], gy)
+    with torch.no_grad():
+        x.copy_(torch.randn_like(x))
+        gy.copy_(torch.randn_like(gy))
+    graph.replay()
+    torch.cuda.synchronize()
+    want = module(x)
+    want_grads = torch.autograd.grad(want, [x, *params], gy)
+    assert torch.equal(y, want)
+    for name, a, e in zip(["x", *dict(module.named_parameters())], grads, want_grads):
+        assert torch.equal(a, e), f"grad {name} differs from eager after replay"
+
+
+@needs_gpu
+def test_cuda_graph_capture_of_a_new_none_parameter_size():
+    """A None weight and bias on the GPU read a row of ones and zeros made once per size and kept: one made
+    during a capture belongs to the graph (its fill runs on replay) and is not kept."""
+    ln.register()
+    x = torch.randn(32, 1000, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    torch.ops.course.layer_norm(torch.randn(4, 40, device="cuda"), [40], None, None, EPS)  # CUDA, planned
+    with torch.cuda.graph(graph):
+        y = torch.ops.course.layer_norm(x, [1000], None, None, EPS)  # N = 1000 first seen here
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.cuda.synchronize()
+    check.assert_close(y, F.layer_norm(x, (1000,)), rtol=1e-5, atol=1e-5)
+    check.assert_close(ln.layer_norm_like_native(x, 1000), F.layer_norm(x, (1000,)), rtol=1e-5, atol=1e-5)

@@ -1,11 +1,99 @@
-"""Lesson 03's op, LayerNorm over the last dimension: the plain-PyTorch reference, the autograd wrapper the
-notebook builds, and a drop-in for ``nn.LayerNorm(n)`` (elementwise affine, normalized over the last dim)."""
+"""Lesson 03's op, LayerNorm: the plain-PyTorch reference, the autograd wrapper the notebook builds, and
+(lesson 04) the real PyTorch op torch.ops.course.layer_norm with native layer_norm's arguments, and a
+drop-in for ``nn.LayerNorm``.
+
+    y = layer_norm(x, weight, bias)                      # over the last dimension: torch.ops.course.layer_norm
+    y = layer_norm(x, weight, bias, version=1, ext=ext)  # lesson 03's Python autograd.Function over forward v1
+    y = layer_norm_like_native(x, (4, 8), weight, None)  # F.layer_norm's signature: any trailing dims, None
+    LayerNorm((4, 8), elementwise_affine=True, bias=False)  # nn.LayerNorm's arguments
+
+The op's C++ side (kernels/layernorm.cpp) defines three ops with CPU, CUDA, Autograd and (CUDA) Autocast
+kernels; here is what only Python adds, the fake kernels torch.compile traces with:
+
+    course::layer_norm(x, normalized_shape, weight?, bias?, eps) -> y
+    course::layer_norm_forward(x, normalized_shape, weight?, bias?, eps) -> (y, mean, rstd)
+    course::layer_norm_backward(grad_y, x, normalized_shape, mean, rstd, weight?, bias?, output_mask)
+        -> (grad_x, grad_weight, grad_bias)
+
+x is [..., *normalized_shape]; weight and bias have shape normalized_shape, x's dtype, or float32 for a
+float16/bfloat16 x (as native allows); each may be None. y is contiguous with x's shape and dtype; mean and
+rstd have x's leading shape x.shape[:-len(normalized_shape)], contiguous, float32 (float64 for float64 x).
+Backward returns an empty [0] tensor for each gradient output_mask leaves out; grad_weight and grad_bias have
+the parameters' dtype (x's where both are None).
+"""
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 
-from . import extension
+from . import extension, once
+
+
+def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _check_shapes(x, normalized_shape, weight, bias) -> None:
+    """The shape and device rules of kernels/layernorm.cpp, for the fakes (cheap: no data, only sizes)."""
+    k = len(normalized_shape)
+    torch._check(k >= 1, lambda: "normalized_shape must have at least one dimension, got []")
+    torch._check(
+        x.dim() >= k and tuple(x.shape[x.dim() - k :]) == tuple(normalized_shape),
+        lambda: (
+            f"x's last dimensions must be normalized_shape {list(normalized_shape)}, got x of shape {list(x.shape)}"
+        ),
+    )
+    for name, p in (("weight", weight), ("bias", bias)):
+        if p is not None:
+            torch._check(
+                p.device == x.device,
+                lambda: f"{name} must be on the same device as x ({x.device}), got {p.device}",
+            )
+            torch._check(
+                tuple(p.shape) == tuple(normalized_shape),
+                lambda: f"{name} must have shape {list(normalized_shape)}, got {list(p.shape)}",
+            )
+
+
+def _param_dtype(x, weight, bias) -> torch.dtype:
+    for p in (weight, bias):
+        if p is not None:
+            return p.dtype
+    return x.dtype
+
+
+@once
+def register() -> None:
+    """Load the op (its C++ side defines course::layer_norm, layer_norm_forward and layer_norm_backward with
+    CPU, CUDA, Autograd and AutocastCUDA kernels) and register its fake kernels: what torch.compile runs
+    instead of ours while tracing, to learn each output's shape, dtype and strides without computing."""
+    extension("layernorm")
+
+    @torch.library.register_fake("course::layer_norm_forward")
+    def _(x, normalized_shape, weight, bias, eps):
+        _check_shapes(x, normalized_shape, weight, bias)
+        leading = x.shape[: x.dim() - len(normalized_shape)]
+        stats = x.new_empty(leading, dtype=_acc_dtype(x.dtype))
+        return x.new_empty(x.shape), stats, torch.empty_like(stats)
+
+    @torch.library.register_fake("course::layer_norm")
+    def _(x, normalized_shape, weight, bias, eps):
+        _check_shapes(x, normalized_shape, weight, bias)
+        return x.new_empty(x.shape)  # contiguous, like the kernel's output
+
+    @torch.library.register_fake("course::layer_norm_backward")
+    def _(grad_y, x, normalized_shape, mean, rstd, weight, bias, output_mask):
+        _check_shapes(x, normalized_shape, weight, bias)
+        torch._check(grad_y.shape == x.shape, lambda: f"grad_y must have shape {list(x.shape)}")
+        want_x, want_w, want_b = output_mask
+        p = _param_dtype(x, weight, bias)
+        return (
+            x.new_empty(x.shape if want_x else (0,)),
+            x.new_empty(normalized_shape if want_w else (0,), dtype=p),
+            x.new_empty(normalized_shape if want_b else (0,), dtype=p),
+        )
 
 
 def reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
@@ -16,6 +104,8 @@ def reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
 
 
 class LayerNormFunction(torch.autograd.Function):
+    """Lesson 03's autograd wrapper around the pybind module's forward and backward (any version)."""
+
     @staticmethod
     def forward(ctx, x, weight, bias, eps, ext, version):
         y, mean, rstd = ext.forward(x, weight, bias, eps, version)
@@ -39,23 +129,93 @@ class LayerNormFunction(torch.autograd.Function):
 
 
 def layer_norm(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5, *, ext=None, version: int = 3
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    eps: float = 1e-5,
+    *,
+    ext=None,
+    version: int = 3,
 ) -> torch.Tensor:
-    """LayerNorm of x over its last dimension; differentiable in x, weight and bias."""
+    """LayerNorm of x over its last dimension; differentiable in x, weight and bias.
+
+    Version 3 is torch.ops.course.layer_norm (forward v3 and backward v2, autograd in C++: the least CPU time
+    per call; works under torch.compile and autocast; weight and bias may be None). Versions 1 and 2 go
+    through the Python `LayerNormFunction` with that forward version; `ext` (a module from loader.load) runs
+    that module's kernels (version 3: its binding of the same registered op)."""
+    normalized_shape = x.shape[-1:]  # () for a 0-d x: the op then says x needs a dimension
+    if version == 3:
+        if ext is not None:
+            return ext.layer_norm(x, list(normalized_shape), weight, bias, eps)
+        register()
+        return torch.ops.course.layer_norm(x, normalized_shape, weight, bias, eps)
+    if weight is None or bias is None:
+        raise ValueError(
+            f"layer_norm version {version} (lesson 03's Python Function) takes weight and bias tensors; "
+            "None for either needs version 3 (the registered op)"
+        )
     return LayerNormFunction.apply(x, weight, bias, eps, ext or extension("layernorm"), version)
 
 
-class LayerNorm(torch.nn.Module):
-    """Our kernels behind the interface of ``nn.LayerNorm(n, eps)`` (weight 1, bias 0 at the start)."""
+def _as_shape(normalized_shape) -> tuple[int, ...]:
+    if isinstance(normalized_shape, numbers.Integral):
+        return (int(normalized_shape),)
+    return tuple(normalized_shape)
 
-    def __init__(self, n: int, eps: float = 1e-5, *, device=None, dtype=None):
+
+def layer_norm_like_native(
+    x: torch.Tensor,
+    normalized_shape,
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    eps: float = 1e-5,
+) -> torch.Tensor:
+    """``F.layer_norm(x, normalized_shape, weight, bias, eps)`` on our kernels: x is normalized over its
+    trailing dimensions normalized_shape (an int or a sequence); weight and bias have that shape, or None."""
+    register()
+    return torch.ops.course.layer_norm(x, _as_shape(normalized_shape), weight, bias, eps)
+
+
+class LayerNorm(torch.nn.Module):
+    """Our kernels behind ``nn.LayerNorm``'s interface: the same arguments, parameters, initialization,
+    state_dict and repr; forward is torch.ops.course.layer_norm."""
+
+    __constants__ = ["normalized_shape", "eps", "elementwise_affine"]
+
+    def __init__(
+        self,
+        normalized_shape,
+        eps: float = 1e-5,
+        elementwise_affine: bool = True,
+        bias: bool = True,
+        device=None,
+        dtype=None,
+    ):
         super().__init__()
-        self.normalized_shape, self.eps = (n,), eps
-        self.weight = torch.nn.Parameter(torch.ones(n, device=device, dtype=dtype))
-        self.bias = torch.nn.Parameter(torch.zeros(n, device=device, dtype=dtype))
+        register()
+        factory = {"device": device, "dtype": dtype}
+        self.normalized_shape = _as_shape(normalized_shape)
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            self.weight = torch.nn.Parameter(torch.empty(self.normalized_shape, **factory))
+            if bias:
+                self.bias = torch.nn.Parameter(torch.empty(self.normalized_shape, **factory))
+            else:
+                self.register_parameter("bias", None)
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if self.elementwise_affine:
+            torch.nn.init.ones_(self.weight)
+            if self.bias is not None:
+                torch.nn.init.zeros_(self.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return layer_norm(x, self.weight, self.bias, self.eps)
+        return torch.ops.course.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
-        return f"{self.normalized_shape[0]}, eps={self.eps}"
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
