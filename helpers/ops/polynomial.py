@@ -21,6 +21,12 @@ def register() -> None:
 
     @torch.library.register_fake("course::polynomial")
     def _(x, coeffs):
+        # The kernels' checks that depend only on metadata, in their words: a meta `coeffs` beside a real x
+        # comes here (the Meta key wins the dispatch), so this is where "not on x's device" is caught.
+        torch._check(
+            coeffs.device == x.device,
+            lambda: f"coeffs must be on the same device as x ({x.device}), got {coeffs.device}",
+        )
         torch._check(coeffs.shape == (4,), lambda: f"coeffs must have shape [4], got {list(coeffs.shape)}")
         return x.new_empty(x.shape)  # contiguous, like the kernel's output
 
