@@ -115,8 +115,8 @@ inline int num_sms() { return device_attribute<cudaDevAttrMultiProcessorCount>()
 // launching. On older GPUs (and with COURSE_NO_PDL=1 in the environment, to measure what it gains)
 // the attribute is left out and both calls do nothing.
 inline bool pdl_enabled() {
-  return device_attribute<cudaDevAttrComputeCapabilityMajor>() >= 9 &&
-         std::getenv("COURSE_NO_PDL") == nullptr;
+  static const bool allowed = std::getenv("COURSE_NO_PDL") == nullptr;  // read once: launches are hot
+  return allowed && device_attribute<cudaDevAttrComputeCapabilityMajor>() >= 9;
 }
 
 struct LaunchOptions {

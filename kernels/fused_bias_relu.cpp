@@ -34,7 +34,6 @@
 // bias_shape_problem (check_bias's message) and backward v3's grad_bias (bias_grad_cpu, fbr_bias_grad_v3).
 #include <ATen/Parallel.h>
 #include <torch/autograd.h>
-#include <torch/csrc/autograd/functions/utils.h>  // set_history
 
 #include <algorithm>
 #include <cstdint>
@@ -458,39 +457,6 @@ const auto& inplace_op() {
   return handle;
 }
 
-// A second derivative through our backward is an error naming the op, never a silent zero (the error of
-// kernels/library.h's once_differentiable). Its node must reach every tensor a second derivative can be
-// taken with respect to: grad_y, and x and bias, to which no saved tensor leads (the bits are not
-// connected to them, and saving x would keep it alive). The node autograd is running, this Function's,
-// has the edges to x and bias: the error node takes those and grad_y's. Without create_graph (an ordinary
-// backward) there is nothing to do.
-struct NoDoubleBackwardNode : torch::autograd::Node {
-  NoDoubleBackwardNode(const char* op_name, torch::autograd::edge_list&& edges)
-      : Node(std::move(edges)), op_name(op_name) {}
-  torch::autograd::variable_list apply(torch::autograd::variable_list&&) override {
-    TORCH_CHECK(
-        false, "course::", op_name,
-        " has no double backward: its backward kernel is not differentiable (a second derivative, e.g. "
-        "gradgradcheck or create_graph=True then grad again, is not supported)");
-    return {};
-  }
-  const char* op_name;
-};
-
-torch::autograd::variable_list no_double_backward(const char* op_name, torch::autograd::variable_list grads,
-                                                  const at::Tensor& grad_y) {
-  if (!at::GradMode::is_enabled()) return grads;
-  const auto running = torch::autograd::get_current_node();
-  torch::autograd::edge_list edges = running ? running->next_edges() : torch::autograd::edge_list();
-  edges.push_back(torch::autograd::impl::gradient_edge(grad_y));
-  if (std::none_of(edges.begin(), edges.end(), [](const auto& e) { return e.is_valid(); })) return grads;
-  const auto node = std::shared_ptr<NoDoubleBackwardNode>(new NoDoubleBackwardNode(op_name, std::move(edges)),
-                                                          torch::autograd::deleteNode);
-  for (const auto& g : grads)
-    if (g.defined()) torch::autograd::set_history(g, node);
-  return grads;
-}
-
 // What both Functions' backward runs: grad_x and grad_bias from grad_y and what forward saved (the bits,
 // or y), one kernel, through the dispatcher below the Autograd key.
 std::tuple<at::Tensor, at::Tensor> grads_from(const at::Tensor& grad_y, const at::Tensor& saved, double scale,
@@ -530,9 +496,9 @@ class FusedBiasReluFunction : public torch::autograd::Function<FusedBiasReluFunc
     const bool need_x = ctx->needs_input_grad(0), need_bias = ctx->needs_input_grad(1);
     auto [grad_x, grad_bias] =
         grads_from(grad_outputs[0], saved, ctx->saved_data["scale"].toDouble(), need_bias);
-    return no_double_backward(  // none for the numbers
+    return once_differentiable(  // none for the numbers
         "fused_bias_relu", {need_x ? grad_x : at::Tensor(), need_bias ? grad_bias : at::Tensor(), {}, {}},
-        grad_outputs[0]);
+        {grad_outputs[0]});
   }
 };
 
@@ -558,9 +524,9 @@ class FusedBiasReluInplaceFunction : public torch::autograd::Function<FusedBiasR
     const at::Tensor y = ctx->get_saved_variables()[0];
     const bool need_x = ctx->needs_input_grad(0), need_bias = ctx->needs_input_grad(1);
     auto [grad_x, grad_bias] = grads_from(grad_outputs[0], y, ctx->saved_data["scale"].toDouble(), need_bias);
-    return no_double_backward("fused_bias_relu_",
-                              {need_x ? grad_x : at::Tensor(), need_bias ? grad_bias : at::Tensor(), {}},
-                              grad_outputs[0]);
+    return once_differentiable("fused_bias_relu_",
+                               {need_x ? grad_x : at::Tensor(), need_bias ? grad_bias : at::Tensor(), {}},
+                               {grad_outputs[0]});
   }
 };
 

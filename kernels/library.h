@@ -16,8 +16,11 @@
 #pragma once
 
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <string>
 
 #define COURSE_NAMESPACE "course"
@@ -48,39 +51,36 @@ c10::TypedOperatorHandle<Signature> op(const char* name) {
 }
 
 // What an autograd Function's backward returns: the gradients, and when the backward is itself being
-// recorded (create_graph=True, for a second derivative), the gradients passed through a node whose own
-// backward raises, naming the op. Its inputs include the forward's inputs, so any second derivative with
-// respect to them reaches it. Without it, a second derivative through our backward kernel (which autograd
-// does not see into) would be silently zero, as it would with Python's @once_differentiable.
-struct NoDoubleBackward : torch::autograd::Function<NoDoubleBackward> {
-  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, at::TensorList grads,
-                                                at::TensorList inputs, const std::string& name) {
-    ctx->saved_data["name"] = name;
-    return grads.vec();
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list) {
-    TORCH_CHECK(false, "course::", ctx->saved_data["name"].toStringRef(),
+// recorded (create_graph=True, for a second derivative), the gradients attached to a node whose own
+// backward raises, naming the op. Without it a second derivative through our backward kernel (which
+// autograd does not see into) would be silently zero, as it is with Python's @once_differentiable.
+// The node must reach every tensor a second derivative can be taken with respect to: the forward's inputs
+// (the edges of the node autograd is running, this Function's, lead to them, whether or not anything
+// saved does) and `inputs`, the tensors backward received (grad_y).
+struct NoDoubleBackwardNode : torch::autograd::Node {
+  NoDoubleBackwardNode(const char* op_name, torch::autograd::edge_list&& edges)
+      : Node(std::move(edges)), op_name(op_name) {}
+  torch::autograd::variable_list apply(torch::autograd::variable_list&&) override {
+    TORCH_CHECK(false, "course::", op_name,
                 " has no double backward: its backward kernel is not differentiable (a second derivative, "
                 "e.g. gradgradcheck or create_graph=True then grad again, is not supported)");
     return {};
   }
+  const char* op_name;
 };
 
 inline torch::autograd::variable_list once_differentiable(const char* op_name,
                                                           torch::autograd::variable_list grads,
-                                                          torch::autograd::variable_list inputs) {
+                                                          const torch::autograd::variable_list& inputs) {
   if (!at::GradMode::is_enabled()) return grads;
-  bool any = false;
-  for (const auto& t : inputs) any = any || (t.defined() && t.requires_grad());
-  if (!any) return grads;
-  std::vector<bool> defined;
-  for (auto& g : grads) {
-    defined.push_back(g.defined());
-    if (!g.defined()) g = at::empty({0});  // Function::apply takes defined tensors in a list
-  }
-  auto out = NoDoubleBackward::apply(at::TensorList(grads), at::TensorList(inputs), std::string(op_name));
-  for (size_t i = 0; i < out.size(); ++i)
-    if (!defined[i]) out[i] = at::Tensor();
-  return out;
+  const auto running = torch::autograd::get_current_node();
+  torch::autograd::edge_list edges = running ? running->next_edges() : torch::autograd::edge_list();
+  for (const auto& t : inputs)
+    if (t.defined()) edges.push_back(torch::autograd::impl::gradient_edge(t));
+  if (std::none_of(edges.begin(), edges.end(), [](const auto& e) { return e.is_valid(); })) return grads;
+  const auto node = std::shared_ptr<NoDoubleBackwardNode>(new NoDoubleBackwardNode(op_name, std::move(edges)),
+                                                          torch::autograd::deleteNode);
+  for (const auto& g : grads)
+    if (g.defined()) torch::autograd::set_history(g, node);
+  return grads;
 }
