@@ -5,7 +5,8 @@
 
 Writes OUT/bench.csv (one row per op, shape, dtype, implementation) and OUT/bench.json (the same plus
 the machine: GPU, torch, CUDA, date), and prints the summary: GB/s, % of a same-size copy measured in the
-same run, and ratios against native PyTorch and torch.compile (benchmarks.sweep.table).
+same run, and ratios against native PyTorch and torch.compile (benchmarks.sweep.table); then the CPU time
+per eager step that benchmarks/autograd.py measures (its "cpu per step" rows, benchmarks.autograd.cpu_table).
 
 An op's module declares its sweep as data, SPEC = sweep.Spec(...) and measure(case) -> rows (see
 benchmarks/sweep.py); a module without a SPEC is run through its own sweep(device=, quick=).
@@ -66,6 +67,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     keys = ["op", "shape", "dtype", "impl", "ms", "ms_lo", "ms_hi", "gbps", "pct_copy", "copy_gbps", "nbytes", "numel"]
+    keys += ["kind", "cpu_us", "gpu_us", "gpu_bound"]  # benchmarks/autograd.py's CPU time per step
     with open(out / "bench.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(meta) + keys, extrasaction="ignore")
         w.writeheader()
@@ -73,7 +75,11 @@ def main(argv=None) -> int:
             w.writerow({**meta, **r})
     (out / "bench.json").write_text(json.dumps(dict(machine=meta, rows=rows), indent=1, default=str))
     print(json.dumps(meta))
-    print(sweep.table(rows))
+    print(sweep.table([r for r in rows if "gbps" in r]))
+    if any(r.get("kind") == "cpu per step" for r in rows):
+        from benchmarks.autograd import cpu_table
+
+        print(cpu_table(rows))
     return 0
 
 

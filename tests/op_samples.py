@@ -1,22 +1,33 @@
 """One sample_inputs per finished op, and what bad input each op must refuse, for the contract tests
-(tests/test_ops_contract.py), in the shape of pytorch/extension-cpp's test/test_extension.py.
+(tests/test_ops_contract.py), in the shape of pytorch/extension-cpp's test/test_extension.py; and (lesson
+04) every op registered in torch.ops.course with its samples, for tests/test_library.py.
 
     for args in sample_inputs("layernorm", device, requires_grad=True):
         y = OPS["layernorm"].variants["v3"](ext)(*args)
+    for args in library_samples("layer_norm", device, torch.bfloat16, requires_grad=True):
+        torch.library.opcheck(LIBRARY_OPS["layer_norm"].overload(), args)
 
-An op is its public entry point in helpers/ops/<name>.py (each variant: a version or what backward
-saves), its plain-PyTorch reference taking the same arguments, its samples (some tensors differentiable,
-some not, as extension-cpp's make_tensor / make_nondiff_tensor), its empty samples (numel 0), and bad
-calls with the exact message, in the words of kernels/checks.h (`must_be_floating` and friends below
-are those words, written once here too).
+An op is its public entry point in helpers/ops/<name>.py (each variant: a version, what backward
+saves, or the registered op called through torch.ops), its plain-PyTorch reference taking the same
+arguments, its samples (some tensors differentiable, some not, as extension-cpp's make_tensor /
+make_nondiff_tensor), its empty samples (numel 0), and bad calls with the exact message, in the words of
+kernels/checks.h (`must_be_floating` and friends below are those words, written once here too).
+
+A registered op (LibraryOp) is its name in torch.ops.course, the helpers/ops module whose register()
+defines it, samples in any dtype (small, non-contiguous, 3-d, empty, mixed dtypes where the op takes
+them), which arguments autograd differentiates, and for an op a learner calls: the public call and the
+native PyTorch it replaces, both taking the op's own arguments.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections.abc import Callable
 
+import pytest
 import torch
+import torch.nn.functional as F
 
 from helpers.ops import fused_bias_relu as fbr
 from helpers.ops import layernorm as ln
@@ -96,7 +107,9 @@ def _ones(*shape, device, dtype=torch.float32):
 POLYNOMIAL = Op(
     name="polynomial",
     variants={
-        "cpp_function": lambda ext: lambda x, c: poly.polynomial(x, c, ext=ext),
+        # ext.polynomial: the registered op course::polynomial, called from the pybind module (lessons 01-03)
+        "op_via_pybind": lambda ext: lambda x, c: poly.polynomial(x, c, ext=ext),
+        "torch_ops": lambda ext: lambda x, c: course_op("polynomial")(x, c),  # the op as lesson 04 calls it
         "python_function": lambda ext: lambda x, c: poly.polynomial_python(x, c, ext=ext),
     },
     reference=poly.reference,
@@ -147,6 +160,27 @@ POLYNOMIAL = Op(
             TypeError,
             lambda d: must_have_dtype_of("grad_y", "x", torch.float32, torch.float64),
         ),
+        # the registered ops (torch.ops.course) give the same messages: the checks are in their kernels
+        Bad(
+            "op_x_dtype",
+            lambda ext, d: course_op("polynomial")(_ones(3, device=d, dtype=torch.int32), _ones(4, device=d)),
+            TypeError,
+            lambda d: must_be_floating("x", torch.int32),
+        ),
+        Bad(
+            "op_coeffs_shape",
+            lambda ext, d: course_op("polynomial")(_ones(3, device=d), _ones(3, device=d)),
+            ValueError,
+            lambda d: must_have_shape("coeffs", [4], [3]),
+        ),
+        Bad(
+            "op_backward_grad_y_shape",
+            lambda ext, d: course_op("polynomial_backward")(
+                _ones(4, device=d), _ones(3, device=d), _ones(4, device=d), True
+            ),
+            ValueError,
+            lambda d: must_have_shape("grad_y", [3], [4]),
+        ),
     ],
 )
 
@@ -155,10 +189,13 @@ SCALE = 1.75
 FUSED_BIAS_RELU = Op(
     name="fused_bias_relu",
     variants={
-        f"saves_{save}": (lambda save: lambda ext: lambda x, b, s: fbr.fused_bias_relu(x, b, s, save=save, ext=ext))(
-            save
-        )
-        for save in fbr.SAVES
+        **{
+            f"saves_{save}": (
+                lambda save: lambda ext: lambda x, b, s: fbr.fused_bias_relu(x, b, s, save=save, ext=ext)
+            )(save)
+            for save in fbr.SAVES
+        },
+        "torch_ops": lambda ext: lambda x, b, s: course_op("fused_bias_relu")(x, b, s),
     },
     reference=fbr.reference,
     samples=lambda t, nd: [
@@ -177,11 +214,11 @@ FUSED_BIAS_RELU = Op(
             TypeError,
             lambda d: must_be_floating("x", torch.int32),
         ),
-        Bad(
+        Bad(  # two floating dtypes promote, as in native relu(x * scale + bias); an integer bias does not
             "bias_dtype",
-            lambda ext, d: fbr.fused_bias_relu(_ones(2, 3, device=d), _ones(3, device=d, dtype=torch.float64), ext=ext),
+            lambda ext, d: fbr.fused_bias_relu(_ones(2, 3, device=d), _ones(3, device=d, dtype=torch.int32), ext=ext),
             TypeError,
-            lambda d: must_have_dtype_of("bias", "x", torch.float32, torch.float64),
+            lambda d: must_have_dtype_of("bias", "x", torch.float32, torch.int32),
         ),
         Bad(
             "bias_shape",
@@ -213,6 +250,34 @@ FUSED_BIAS_RELU = Op(
             ValueError,
             lambda d: must_have_shape("grad_y", [2, 3], [3, 2]),
         ),
+        Bad(
+            "op_x_dtype",
+            lambda ext, d: course_op("fused_bias_relu")(
+                _ones(2, 3, device=d, dtype=torch.int32), _ones(3, device=d, dtype=torch.int32), 1.0
+            ),
+            TypeError,
+            lambda d: must_be_floating("x", torch.int32),
+        ),
+        Bad(
+            "op_bias_shape",
+            lambda ext, d: course_op("fused_bias_relu")(_ones(2, 3, device=d), _ones(4, device=d), 1.0),
+            ValueError,
+            lambda d: "bias must have shape [C] = [3] to match x's last dimension, got [4]",
+        ),
+        Bad(  # the mask's op (what autograd calls) takes one dtype: the public op promotes before it
+            "op_bits_bias_dtype",
+            lambda ext, d: course_op("fused_bias_relu_bits")(
+                _ones(2, 3, device=d), _ones(3, device=d, dtype=torch.float64), 1.0
+            ),
+            TypeError,
+            lambda d: must_have_dtype_of("bias", "x", torch.float32, torch.float64),
+        ),
+        Bad(
+            "op_in_place_bias_shape",
+            lambda ext, d: course_op("fused_bias_relu_")(_ones(2, 3, device=d), _ones(4, device=d), 1.0),
+            ValueError,
+            lambda d: "bias must have shape [C] = [3] to match x's last dimension, got [4]",
+        ),
     ],
 )
 
@@ -221,8 +286,11 @@ EPS = 1e-5
 LAYERNORM = Op(
     name="layernorm",
     variants={
-        f"v{v}": (lambda v: lambda ext: lambda x, w, b, eps: ln.layer_norm(x, w, b, eps, ext=ext, version=v))(v)
-        for v in (1, 2, 3)
+        **{
+            f"v{v}": (lambda v: lambda ext: lambda x, w, b, eps: ln.layer_norm(x, w, b, eps, ext=ext, version=v))(v)
+            for v in (1, 2, 3)
+        },
+        "torch_ops": lambda ext: lambda x, w, b, eps: course_op("layer_norm")(x, [x.shape[-1]], w, b, eps),
     },
     reference=ln.reference,
     samples=lambda t, nd: [
@@ -303,6 +371,26 @@ LAYERNORM = Op(
             ValueError,
             lambda d: version_between(3, 4),
         ),
+        Bad(
+            "op_x_dtype",
+            lambda ext, d: course_op("layer_norm")(
+                _ones(2, 4, device=d, dtype=torch.int32), [4], _ones(4, device=d), _ones(4, device=d), EPS
+            ),
+            TypeError,
+            lambda d: must_be_floating("x", torch.int32),
+        ),
+        Bad(
+            "op_weight_shape",
+            lambda ext, d: course_op("layer_norm")(_ones(2, 4, device=d), [4], _ones(5, device=d), None, EPS),
+            ValueError,
+            lambda d: must_have_shape("weight", [4], [5]),
+        ),
+        Bad(
+            "op_eps",
+            lambda ext, d: course_op("layer_norm")(_ones(2, 4, device=d), [4], None, None, -1.0),
+            ValueError,
+            lambda d: "eps must be a finite number >= 0, got -1",
+        ),
     ],
 )
 
@@ -326,3 +414,179 @@ def sample_inputs(op: str, device, requires_grad: bool = False, dtype=torch.floa
 def empty_inputs(op: str, device, requires_grad: bool = False, dtype=torch.float32) -> list[list]:
     """The op's argument lists with numel 0 (the parameters keep their own sizes)."""
     return OPS[op].empty(lambda *size: torch.randn(size).to(device=device, dtype=dtype).requires_grad_(requires_grad))
+
+
+# --------------------------------------------------------------------------------------------------
+# The registered ops (lesson 04): torch.ops.course.*, for tests/test_library.py
+# --------------------------------------------------------------------------------------------------
+
+NAMESPACE = "course"
+# A sample's dtype for parameters beside x: float32 when x is float16 or bfloat16 (mixed, as native
+# F.layer_norm takes them, and as autocast leaves a model's parameters), else x's own dtype.
+HALF_PARAMS = "float32 beside a float16/bfloat16 x"
+
+
+@dataclasses.dataclass(frozen=True)
+class LibraryOp:
+    """An op in torch.ops.course.
+
+    samples(make) returns argument lists in the op's schema order. make(*size, nc=False, dtype=None) is a
+    random tensor of the test's dtype (or `dtype`) on the test's device; nc=True makes it non-contiguous
+    (every other element of a buffer twice as wide). A backward op's samples are built from its forward
+    op's outputs, so they need that op registered. differentiable: the argument positions autograd
+    differentiates (they require grad in library_samples(..., requires_grad=True), but for those the op
+    writes in place: autograd refuses an in-place write to a leaf that requires grad). For an op a learner
+    calls: public, the helpers.ops call, and native, the plain PyTorch it replaces, both taking the op's
+    arguments (None for the ops that only autograd or a fused forward calls)."""
+
+    name: str
+    module: str  # helpers/ops/<module>.py, whose register() defines the op
+    samples: Callable
+    differentiable: tuple[int, ...] = ()
+    public: Callable | None = None
+    native: Callable | None = None
+    mutated: tuple[int, ...] = ()  # the arguments the op writes in place (never a leaf that requires grad)
+
+    @property
+    def qualname(self) -> str:
+        return f"{NAMESPACE}::{self.name}"
+
+    def overload(self) -> torch._ops.OpOverload:
+        """torch.ops.course.NAME.default (what opcheck takes), registering the op first."""
+        return course_op(self.name).default
+
+
+def course_op(name: str):
+    """torch.ops.course.NAME, after helpers/ops/<module>.py's register() has built, loaded and registered it
+    (with the exercises' solutions, like tests/conftest.py's load_solutions, if this is the process's first
+    register(): the kernels registered are those of the build loaded last, and a stub's would fail)."""
+    op = LIBRARY_OPS[name]
+    module = importlib.import_module(f"helpers.ops.{op.module}")
+    if not hasattr(module, "register"):
+        raise AssertionError(f"helpers/ops/{op.module}.py has no register(): {op.qualname} is not registered yet")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COURSE_SOLUTIONS", "1")
+        module.register()
+    if not hasattr(getattr(torch.ops, NAMESPACE), name):
+        raise AssertionError(f"helpers.ops.{op.module}.register() did not define {op.qualname}")
+    return getattr(getattr(torch.ops, NAMESPACE), name)
+
+
+def _polynomial(t):
+    return [
+        [t(3), t(4)],
+        [t(7, 129, nc=True), t(4, nc=True)],
+        [t(2, 3, 5), t(4)],
+        [t(0, 5), t(4)],
+        [t(33), t(4, dtype=torch.float32)],  # float32 coefficients beside any x: the reference takes them
+    ]
+
+
+def _polynomial_backward(t):  # grad_y, x, coeffs, need_coeffs_grad
+    return [[t(*x.shape, nc=not x.is_contiguous()), x, c, i % 2 == 0] for i, (x, c) in enumerate(_polynomial(t))]
+
+
+def _fused_bias_relu_bits(t):  # one dtype: what the public op calls after promoting
+    return [
+        [t(17, 3), t(3), SCALE],
+        [t(9, 20, nc=True), t(20, nc=True), -0.5],
+        [t(2, 3, 5), t(5), 1.0],
+        [t(0, 5), t(5), SCALE],
+        [t(4, 0), t(0), SCALE],
+    ]
+
+
+def _fused_bias_relu(t):  # and a float32 bias beside a half x: promoted as native relu(x * scale + bias)
+    return [*_fused_bias_relu_bits(t), [t(6, 16), t(16, dtype=HALF_PARAMS), SCALE]]
+
+
+def _fused_bias_relu_backward_bits(t):  # grad_y, bits, scale, need_bias_grad
+    out = []
+    for i, (x, bias, scale) in enumerate(_fused_bias_relu_bits(t)):
+        _, bits = course_op("fused_bias_relu_bits")(x, bias, scale)
+        out.append([t(*x.shape, nc=not x.is_contiguous()), bits, scale, i % 2 == 0])
+    return out
+
+
+def _layer_norm(t):  # x, normalized_shape, weight, bias, eps
+    return [
+        [t(4, 3), [3], t(3), t(3), EPS],
+        [t(2, 3, 33), [33], t(33, nc=True), t(33), EPS],
+        [t(5, 64, nc=True), [64], t(64), None, 1e-3],  # no bias
+        [t(3, 130), [130], None, None, EPS],  # neither (nn.LayerNorm(elementwise_affine=False))
+        [t(0, 5), [5], t(5), t(5), EPS],
+        [t(2, 0, 7), [7], t(7), t(7), EPS],
+        [t(3, 40), [40], t(40, dtype=HALF_PARAMS), t(40, dtype=HALF_PARAMS), EPS],  # float32 parameters
+        [t(2, 3, 4), [3, 4], t(3, 4), t(3, 4), EPS],  # over two trailing dimensions, as F.layer_norm takes
+    ]
+
+
+def _layer_norm_backward(t):  # grad_y, x, normalized_shape, mean, rstd, weight, bias, output_mask
+    out = []
+    for i, (x, shape, w, b, eps) in enumerate(_layer_norm(t)):
+        _, mean, rstd = course_op("layer_norm_forward")(x, shape, w, b, eps)
+        mask = [True, w is not None, b is not None] if i % 2 == 0 else [True, False, False]
+        out.append([t(*x.shape, nc=not x.is_contiguous()), x, shape, mean, rstd, w, b, mask])
+    return out
+
+
+LIBRARY_OPS = {
+    op.name: op
+    for op in (
+        LibraryOp("polynomial", "polynomial", _polynomial, (0, 1), poly.polynomial, poly.reference),
+        LibraryOp("polynomial_backward", "polynomial", _polynomial_backward),
+        LibraryOp("fused_bias_relu", "fused_bias_relu", _fused_bias_relu, (0, 1), fbr.fused_bias_relu, fbr.reference),
+        LibraryOp("fused_bias_relu_bits", "fused_bias_relu", _fused_bias_relu_bits),
+        LibraryOp("fused_bias_relu_backward_bits", "fused_bias_relu", _fused_bias_relu_backward_bits),
+        LibraryOp(
+            "fused_bias_relu_",
+            "fused_bias_relu",
+            _fused_bias_relu,
+            (0, 1),
+            lambda x, b, s: fbr.fused_bias_relu_(x, b, s),
+            lambda x, b, s: x.mul_(s).add_(b).relu_(),
+            mutated=(0,),
+        ),
+        LibraryOp(
+            "layer_norm",
+            "layernorm",
+            _layer_norm,
+            (0, 2, 3),
+            lambda *args: ln.layer_norm_like_native(*args),  # F.layer_norm's arguments
+            F.layer_norm,
+        ),
+        LibraryOp("layer_norm_forward", "layernorm", _layer_norm),
+        LibraryOp("layer_norm_backward", "layernorm", _layer_norm_backward),
+    )
+}
+
+
+def _spread(t: torch.Tensor) -> torch.Tensor:
+    """The same values every other element of a buffer twice as wide in the last dimension: not contiguous."""
+    buf = torch.zeros(*t.shape[:-1], 2 * t.shape[-1], dtype=t.dtype, device=t.device)
+    out = buf[..., ::2]
+    out.copy_(t)
+    return out
+
+
+def library_samples(name: str, device, dtype=torch.float32, requires_grad: bool = False, seed: int = 0) -> list[list]:
+    """The argument lists of the registered op `name` (tensors on `device`, in `dtype` unless the sample fixes
+    it), from a fixed seed; with requires_grad, the differentiable arguments require grad."""
+    g = torch.Generator().manual_seed(seed)
+    op = LIBRARY_OPS[name]
+
+    def make(*size, nc=False, dtype=dtype):
+        if dtype == HALF_PARAMS:
+            dtype = torch.float32 if make.dtype in (torch.float16, torch.bfloat16) else make.dtype
+        t = torch.randn(size, generator=g).to(device=device, dtype=dtype)
+        return _spread(t) if nc else t
+
+    make.dtype = dtype
+    with torch.no_grad():  # a backward op's samples call its forward op
+        samples = op.samples(make)
+    if requires_grad:
+        for args in samples:
+            for i in set(op.differentiable) - set(op.mutated):
+                if isinstance(args[i], torch.Tensor):
+                    args[i].requires_grad_()
+    return samples
