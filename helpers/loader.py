@@ -50,6 +50,7 @@ from . import env as _env
 
 KERNELS = _env.KERNELS
 _modules: dict[str, object] = {}  # .so path -> module, so an unchanged build returns the same object
+_registered: dict[str, str] = {}  # op name -> the .so whose torch.library kernels are registered now
 
 
 class BuildError(RuntimeError):
@@ -631,8 +632,16 @@ def _compile_all(todo, verbose: bool) -> None:
 def _import(name: str, so: Path):
     """Import the module in `so`. Its spec name is unique per build (`_course_<hash>.NAME`): pybind11 3
     caches modules by spec name, so a rebuilt module imported under the plain name would silently be
-    the old one. Python finds PyInit_NAME from the last component, which the binding defines."""
+    the old one. Python finds PyInit_NAME from the last component, which the binding defines.
+
+    The op's torch.library kernels (kernels/library.h) are registered when a build is first opened, and the
+    last registered wins. So when a build opened before comes back (an edit undone: the cache has it), its
+    kernels are registered again by opening a copy of it (the dynamic linker runs a file's registrations
+    once per path): torch.ops.course.* always runs the build `load` returned last."""
     key = str(so)
+    if key in _modules and _registered.get(name, key) != key:
+        _reregister(so)
+    _registered[name] = key
     if key not in _modules:
         import torch  # noqa: F401  (the extension links against torch's libraries)
 
@@ -643,6 +652,25 @@ def _import(name: str, so: Path):
         loader.exec_module(module)
         _modules[key] = module
     return _modules[key]
+
+
+def _reregister(so: Path) -> None:
+    """Open a copy of `so` so that its static torch.library registrations run again (see _import). The copy
+    is removed once open: the process keeps its mapping, and the cache keeps nothing."""
+    import ctypes
+    import shutil
+
+    global _reopened
+    _reopened += 1
+    copy = so.with_name(f".{so.name}.{os.getpid()}.{_reopened}.again.so")
+    try:
+        shutil.copyfile(so, copy)
+        ctypes.CDLL(str(copy))
+    finally:
+        copy.unlink(missing_ok=True)
+
+
+_reopened = 0
 
 
 # --------------------------------------------------------------------------------------------------

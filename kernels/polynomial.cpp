@@ -14,6 +14,7 @@
 // by the torch-free polynomial.exercises.cpp (CPU, declared in polynomial_cpu.h) and .cu (CUDA launchers,
 // declared in polynomial.h). This file never includes an exercise, so editing one rebuilds in seconds.
 #include <ATen/Parallel.h>
+#include <ATen/autocast_mode.h>
 
 #include <type_traits>
 #include <vector>
@@ -241,6 +242,18 @@ TORCH_LIBRARY_IMPL(course, CUDA, m) {
 }
 #endif
 TORCH_LIBRARY_IMPL(course, Autograd, m) { m.impl("polynomial", &polynomial_autograd); }
+
+// Under torch.autocast("cuda") the op runs in float32, as the written-out polynomial does (its x**3 is an
+// aten::pow, on autocast's float32 list for CUDA: powers of half values lose precision fast). Each
+// argument is cast as ATen's own autocast wrappers do (cached_cast: only float16/bfloat16 CUDA tensors),
+// and the op called again with autocast off. On the CPU autocast leaves pow alone, and so this op.
+at::Tensor polynomial_autocast_cuda(const at::Tensor& x, const at::Tensor& coeffs) {
+  const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCUDA);
+  static const auto poly = op<decltype(polynomial_kernel)>("polynomial");
+  return poly.call(at::autocast::cached_cast(at::kFloat, x, c10::DeviceType::CUDA),
+                   at::autocast::cached_cast(at::kFloat, coeffs, c10::DeviceType::CUDA));
+}
+TORCH_LIBRARY_IMPL(course, AutocastCUDA, m) { m.impl("polynomial", &polynomial_autocast_cuda); }
 
 // Lessons 01-03 call the op through this pybind11 module: polynomial() is the same differentiable op.
 at::Tensor polynomial(const at::Tensor& x, const at::Tensor& coeffs) {

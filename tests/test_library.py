@@ -358,6 +358,10 @@ REBUILD = textwrap.dedent(
     (g,) = torch.autograd.grad(torch.ops.course.polynomial(xg, c).sum(), xg)
     torch.testing.assert_close(g, ((3 * c[0] * x + 2 * c[1]) * x + c[2]), msg=lambda m: "gradient: " + m)
     torch.library.opcheck(torch.ops.course.polynomial.default, (x, c), test_utils=("test_schema", "test_faketensor"))
+
+    src.write_text(text)  # the edit undone: the first build comes back from the cache, already opened
+    assert loader.load("polynomial") is first, "undoing the edit must find the first build again"
+    torch.testing.assert_close(torch.ops.course.polynomial(x, c), want, msg=lambda m: "after the undo: " + m)
     print("survived")
     """
 )
@@ -367,7 +371,8 @@ def test_rebuilding_an_edited_op_in_the_same_process_replaces_its_kernel():
     """As a notebook does: load polynomial, call torch.ops.course.polynomial, edit the kernel the op runs
     (a copy of kernels/, COURSE_KERNELS), rebuild with loader.load in the same process: the process lives
     (no second definition of the schema: kernels/library.h's define()), and torch.ops, the new module and
-    the old module's binding all run the new kernel. register() and load() again are harmless.
+    the old module's binding all run the new kernel. register() and load() again are harmless. Undoing the
+    edit brings the first build back from the cache, and torch.ops runs it again.
 
     The copy lives at a fixed place in the build cache, so a second run finds both builds cached (the new
     .so is still loaded into a process that has the old one, which is what used to kill it)."""
