@@ -1,7 +1,8 @@
 """Exercises: kernels/solutions/ is the source of truth, kernels/exercises/ is generated from it, and
 helpers/exercises/<name>.py holds, for kernels/solutions/<name>.*:
 
-    OP = "polynomial"                  # the op (kernels/OP.*) whose build compiles the exercise
+    OP = "polynomial"                  # the op (kernels/OP.*) whose build compiles the exercise (or, for a
+                                       # Python exercise, whose C++ kernels it works with)
     def check(device=None, ext=None, seed=None) -> int
         # the self-check: every part the learner wrote (the CPU part, and the CUDA part in CUDA mode;
         # only `device` if given), on cases drawn afresh each run (selfcheck.run)
@@ -13,6 +14,12 @@ kernels/OP.cpp, so an edit to it rebuilds in seconds (tests/test_style.py checks
 In a solution file the answer sits between `// BEGIN SOLUTION` and `// END SOLUTION`; the learner's
 copy replaces it with a TODO line, which compiles and leaves the output unwritten (the self-checks
 poison outputs with NaN, so an unwritten output fails them).
+
+A Python exercise (kernels/solutions/<name>.py, lesson 04: torch.library registrations) marks its answer with
+`# BEGIN SOLUTION` / `# END SOLUTION`; the stub is a TODO line and `raise NotImplementedError`, which the
+self-check reports as not done. Nothing is compiled: `python_module(name)` executes the learner's file (or
+the solution's, with COURSE_SOLUTIONS=1) afresh on every call, so an edit counts at once, and `check(ext=...)`
+takes such a module (a test passes a wrong answer's).
 
     python -m helpers.exercises            # regenerate kernels/exercises/ (developers, after editing a solution)
     python -m helpers.exercises --check    # exit 1 if kernels/exercises/ is not what the solutions generate
@@ -26,22 +33,42 @@ import importlib
 import os
 import re
 import tempfile
+import types
 from pathlib import Path
 
+from .. import env
 from ..env import KERNELS
 
 SOLUTIONS, EXERCISES = KERNELS / "solutions", KERNELS / "exercises"
 _BLOCK = re.compile(r"^([ \t]*)// BEGIN SOLUTION[^\n]*\n(.*?)^[ \t]*// END SOLUTION[^\n]*\n", re.M | re.S)
+_PY_BLOCK = re.compile(r"^([ \t]*)# BEGIN SOLUTION[^\n]*\n(.*?)^[ \t]*# END SOLUTION[^\n]*\n", re.M | re.S)
+
+
+def _lines(m: re.Match, comment: str | None = None) -> int:
+    """Non-blank lines of the answer (and, given `comment`, not comment lines)."""
+    lines = [line.strip() for line in m.group(2).splitlines()]
+    return len([line for line in lines if line and not (comment and line.startswith(comment))])
 
 
 def make_stub(text: str) -> str:
-    def todo(m: re.Match) -> str:
-        lines = len([line for line in m.group(2).splitlines() if line.strip()])
-        return f"{m.group(1)}// TODO(exercise): your code here (the solution is {lines} lines).\n"
+    """The learner's copy of a solution file: each marked answer replaced by a TODO line (C++), or by a TODO
+    line and `raise NotImplementedError` (Python: a function must have a body, and a forgotten one should say so)."""
 
-    if not _BLOCK.search(text):
-        raise ValueError("no // BEGIN SOLUTION ... // END SOLUTION block")
-    return _BLOCK.sub(todo, text)
+    def todo(m: re.Match) -> str:
+        return f"{m.group(1)}// TODO(exercise): your code here (the solution is {_lines(m)} lines).\n"
+
+    def py_todo(m: re.Match) -> str:
+        indent = m.group(1)
+        return (
+            f"{indent}# TODO(exercise): your code here (the solution is {_lines(m, '#')} lines).\n"
+            f'{indent}raise NotImplementedError("exercise: your code here")\n'
+        )
+
+    if _BLOCK.search(text):
+        return _BLOCK.sub(todo, text)
+    if _PY_BLOCK.search(text):
+        return _PY_BLOCK.sub(py_todo, text)
+    raise ValueError("no // BEGIN SOLUTION ... // END SOLUTION block (# BEGIN SOLUTION ... in Python)")
 
 
 def expected() -> dict[Path, str]:
@@ -124,13 +151,27 @@ def _solutions_on():
             os.environ["COURSE_SOLUTIONS"] = was
 
 
+def python_module(name: str, *, solution: bool | None = None, text: str | None = None):
+    """A Python exercise's file, executed afresh as a module (edits count at once): kernels/exercises/NAME.py,
+    or kernels/solutions/NAME.py with solution=True (default: COURSE_SOLUTIONS), or `text` in its place."""
+    solution = env.solutions_enabled() if solution is None else solution
+    path = (SOLUTIONS if solution else EXERCISES) / f"{name}.py"
+    mod = types.ModuleType(f"course_exercise_{name}")
+    mod.__file__ = str(path)
+    source = path.read_text() if text is None else text
+    exec(compile(source, str(path) if text is None else f"{path} (a wrong answer)", "exec"), mod.__dict__)
+    return mod
+
+
 def build_wrong(name: str, wrong: Wrong, cuda: bool | None = None):
     """The op of exercise `name` built with this wrong answer in place of the solution (the other exercise
-    files are the solutions). Returns the loaded extension."""
+    files are the solutions). Returns the loaded extension; for a Python exercise, the wrong file as a module."""
     from .. import loader
 
     mod = module(name)
     path = solution_file(name, wrong)
+    if path.suffix == ".py":
+        return python_module(name, text=apply_wrong(name, wrong))
     with tempfile.TemporaryDirectory(prefix=f"wrong-{name}-") as tmp:
         # All the solutions beside it: a solution that includes another ("x.cuh") finds the one in its own
         # folder first, so the wrong file must replace it there, not only come first on the include path.
