@@ -2,8 +2,11 @@
 `make test-gpu`), twice: with the exercise solutions, where every cell must run, and in learner mode (the
 generated stubs), where every self-check cell (tagged "selfcheck") must fail with the friendly
 AssertionError and every other cell must still run: cells after a self-check that need the answer ask
-`selfcheck.passed(...)` and say so. Executed copies go to $COURSE_NB_OUT when it is set."""
+`selfcheck.passed(...)` and say so. A third run, with the solutions, executes every cell that loads or
+registers an op (tagged "registers") twice in a row, as a learner re-running it does: the Jupyter kernel
+must survive, and every later cell must still run. Executed copies go to $COURSE_NB_OUT when it is set."""
 
+import copy
 import json
 import os
 import re
@@ -42,6 +45,29 @@ def _selfcheck_cells(nb) -> list[int]:
     return [i for i, c in enumerate(nb["cells"]) if "selfcheck" in c.get("metadata", {}).get("tags", [])]
 
 
+def _registration_cells(nb) -> list[int]:
+    return [i for i, c in enumerate(nb["cells"]) if "registers" in c.get("metadata", {}).get("tags", [])]
+
+
+# Code that loads a C++ op's library or registers an op (or a kernel, fake kernel, autograd formula) with torch.library.
+_LOADS_OR_REGISTERS = re.compile(
+    r"loader\.load\(|load_inline\(|(?<![\w.])load\(|torch\.library\.|custom_op\(|triton_op\(|\.register\(\)|"
+    r"\.register_fake|\.register_autograd|library\.fresh\(|import_kernel\("
+)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_cells_that_load_or_register_ops_are_tagged_registers(path):
+    nb = json.loads(path.read_text())
+    tagged = set(_registration_cells(nb))
+    untagged = [
+        i
+        for i, c in enumerate(nb["cells"])
+        if c["cell_type"] == "code" and _LOADS_OR_REGISTERS.search("".join(c["source"])) and i not in tagged
+    ]
+    assert not untagged, f"{path.name}: tag cells {untagged} 'registers' (they load or register an op)"
+
+
 def _is_appendix(path: Path) -> bool:
     """An optional appendix to a lesson has a letter after its number ("03b_layernorm_hopper"): no exercises."""
     return re.match(r"\d+[a-z]", path.stem) is not None
@@ -55,11 +81,13 @@ def test_every_lesson_has_at_least_two_selfchecks(path):
     assert len(_selfcheck_cells(nb)) >= 2, f"{path.name}: tag each exercise's self-check cell with 'selfcheck'"
 
 
-def _execute(path: Path, monkeypatch, solutions: bool):
+def _execute(path: Path, monkeypatch, solutions: bool, prepare=None, suffix: str | None = None):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     monkeypatch.setenv("COURSE_SOLUTIONS", "1" if solutions else "0")
     nb = nbformat.read(path, as_version=4)
+    if prepare:
+        prepare(nb)
     client = nbclient.NotebookClient(
         nb,
         timeout=1200,
@@ -73,7 +101,8 @@ def _execute(path: Path, monkeypatch, solutions: bool):
         out = os.environ.get("COURSE_NB_OUT")
         if out:
             Path(out).mkdir(parents=True, exist_ok=True)
-            nbformat.write(nb, Path(out) / (path.stem + ("" if solutions else "_learner") + ".ipynb"))
+            name = path.stem + (suffix if suffix is not None else ("" if solutions else "_learner"))
+            nbformat.write(nb, Path(out) / (name + ".ipynb"))
     return nb
 
 
@@ -101,3 +130,29 @@ def test_notebook_in_learner_mode_fails_only_at_its_selfchecks(path, monkeypatch
             assert not errors, (
                 f"{path.name} cell {i} {head} failed in learner mode: {errors[0]['ename']}: {errors[0]['evalue'][:300]}"
             )
+
+
+def _registration_cells_twice(nb) -> None:
+    """Each cell tagged "registers" followed by a copy of itself (tagged "registers-again")."""
+    cells = []
+    for cell in nb.cells:
+        cells.append(cell)
+        if "registers" in cell.metadata.get("tags", []):
+            again = copy.deepcopy(cell)
+            again.id = f"{cell.id}-again"[:64]
+            again.metadata["tags"] = [*cell.metadata["tags"], "registers-again"]
+            cells.append(again)
+    nb.cells = cells
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in NOTEBOOKS if _registration_cells(json.loads(p.read_text()))], ids=lambda p: p.stem
+)
+def test_registration_cells_run_twice_in_a_row_and_the_lesson_still_runs(path, monkeypatch):
+    """With the solutions, every cell that loads or registers an op is run twice in a row: a cell that errors on
+    its second run, or a kernel that dies (a second TORCH_LIBRARY of a namespace aborts the process), stops the
+    run here (nbclient raises), and so does any later cell that the second run broke."""
+    nb = _execute(path, monkeypatch, solutions=True, prepare=_registration_cells_twice, suffix="_rerun")
+    again = [c for c in nb.cells if "registers-again" in c.metadata.get("tags", [])]
+    assert again and all(c.get("execution_count") for c in again), "a repeated cell did not run"
+    assert all(c.get("execution_count") for c in nb.cells if c.cell_type == "code"), "the run stopped early"
