@@ -257,6 +257,11 @@ TORCH_LIBRARY_IMPL(course, AutocastCUDA, m) { m.impl("polynomial", &polynomial_a
 
 // Lessons 01-03 call the op through this pybind11 module: polynomial() is the same differentiable op.
 at::Tensor polynomial(const at::Tensor& x, const at::Tensor& coeffs) {
+  // Devices first: the dispatcher would send a meta `coeffs` beside a real x to the Meta kernel (the fake,
+  // where helpers/ops/polynomial.py registered one), not to ours and its checks.
+  check_defined(x, "x");
+  check_defined(coeffs, "coeffs");
+  check_same_device(coeffs, "coeffs", x, "x");
   static const auto poly = op<decltype(polynomial_kernel)>("polynomial");
   return poly.call(x, coeffs);
 }

@@ -100,9 +100,14 @@ def test_opinfo_sample_matches_native(device, dtype, index):
         got = torch.autograd.grad(y, ours, grad_y)
     native_grads = torch.autograd.grad(native, theirs, grad_y)
     exact_grads = torch.autograd.grad(exact, theirs_wide, grad_y.double())
+    # grad_x is rstd times O(1) sums: its rounding error grows with rstd, up to 1/sqrt(eps) (316 for a row of
+    # one value, whose exact gradient is 0 and whose float32 one is a product's rounding error times 316)
+    rstd = torch.ops.course.layer_norm_forward(x.detach(), shape, None, None, eps)[2]
+    grow = max(1.0, float(rstd.max())) if rstd.numel() else 1.0
     for name, g, n, e in zip(("x", "weight", "bias"), got, native_grads, exact_grads):
         assert g.dtype == n.dtype and g.shape == n.shape, name
-        check.assert_close(g, e.to(g.dtype), name=f"gradient of {name}", **tol)
+        t = dict(rtol=tol["rtol"], atol=tol["atol"] * grow) if name == "x" else tol
+        check.assert_close(g, e.to(g.dtype), name=f"gradient of {name}", **t)
 
 
 @pytest.mark.parametrize("index", [i for i, s in enumerate(SAMPLES) if not _unsupported(s)], ids=lambda i: SAMPLES[i])
