@@ -304,10 +304,11 @@ def _build_demo(out: Path, value: int, course_define: bool) -> Path:
     flags = [f for f in loader._torch_flags(False, [], False) if f != "-O3"]
     lib_dirs = loader._torch_paths(False)[1]
     cmd = [*flags, "-O1", f"-DVALUE={value}", f"-I{loader.KERNELS}", *(["-DCOURSE_DEFINE"] if course_define else [])]
-    cmd += ["-shared", str(src), "-o", str(so) + ".tmp", *[f"-L{p}" for p in lib_dirs]]
-    cmd += [f"-Wl,-rpath,{lib_dirs[0]}", "-lc10", "-ltorch", "-ltorch_cpu"]
-    loader._run(cmd, "compiling the re-run demo")
-    Path(str(so) + ".tmp").rename(so)
+    libs = [*[f"-L{p}" for p in lib_dirs], f"-Wl,-rpath,{lib_dirs[0]}", "-lc10", "-ltorch", "-ltorch_cpu"]
+    # written under a name of this process's and renamed: several processes (parallel tests) may build it at once
+    loader._atomic(
+        so, lambda tmp: loader._run([*cmd, "-shared", str(src), "-o", str(tmp), *libs], "compiling the re-run demo")
+    )
     return so
 
 
@@ -318,13 +319,15 @@ def rerun_demo() -> list[RerunResult]:
     Returns what happened to each process (the notebook's own process loads nothing)."""
     out = env.cache_root() / "rerun_demo" / loader._digest(RERUN_SOURCE, torch.__version__)[:16]
     out.mkdir(parents=True, exist_ok=True)
-    (out / "rerun_demo.cpp").write_text(RERUN_SOURCE)
+    src = out / "rerun_demo.cpp"
+    if not src.exists() or src.read_text() != RERUN_SOURCE:
+        loader._atomic(src, lambda tmp: tmp.write_text(RERUN_SOURCE))
     jobs = [(1, False), (1, True), (2, True)]
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         naive, define1, define2 = pool.map(lambda j: _build_demo(out, *j), jobs)
     copy = out / "rerun_demo_naive_1_rebuilt.so"  # the same library, rebuilt: a new file, loaded again
     if not copy.exists():
-        shutil.copy(naive, copy)
+        loader._atomic(copy, lambda tmp: shutil.copy(naive, tmp))
     results = []
     for label, ns, first, second in [
         ("TORCH_LIBRARY, loaded twice", "lesson04_rerun", naive, copy),
