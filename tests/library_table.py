@@ -35,8 +35,9 @@ OPS = {"polynomial", "fused_bias_relu", "fused_bias_relu_", "layer_norm"} | {
 }
 
 
-def run(junit: Path) -> int:
+def run(junit: Path, workers: int = 0) -> int:
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_library.py"]
+    cmd += ["-n", str(workers)] if workers else []  # pytest-xdist
     return subprocess.run([*cmd, f"--junitxml={junit}"], env=None).returncode
 
 
@@ -81,10 +82,11 @@ def table(junit: Path) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("-n", type=int, default=0, help="pytest-xdist workers (0: none)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as d:
         junit = Path(d) / "library.xml"
-        rc = run(junit)
+        rc = run(junit, args.n)
         text = table(junit)
     print(text)
     if args.out:
