@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from helpers import check, env
+from helpers import check, env, library
 from helpers.ops import fused_bias_relu as fbr
 from tests.conftest import load_solutions, needs_gpu
 
@@ -904,20 +904,12 @@ def test_cuda_graph_capture_of_forward_and_backward(ops, dtype, in_place):
         gx, gb = torch.autograd.grad(y, (x, b), g)
         return y.detach(), gx, gb
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = step()
+    replay, captured = library.captured(step)  # warm-up on a side stream, then the capture
     for seed in (1, 2):
         new_x, new_b, new_g = inputs((1000, 256), dtype, "cuda", seed=seed)
         with torch.no_grad():
             x.copy_(new_x), b.copy_(new_b), g.copy_(new_g)
-        graph.replay()
+        replay()
         torch.cuda.synchronize()
         for got, want, what in zip(captured, step(), ("y", "grad_x", "grad_bias")):
             assert torch.equal(got, want), f"replayed {what} differs from eager on the same inputs (seed {seed})"

@@ -25,7 +25,7 @@ import textwrap
 import pytest
 import torch
 
-from helpers import check, env, loader
+from helpers import check, env, library, loader
 from tests import op_samples
 from tests.conftest import CUDA, needs_gpu
 
@@ -286,21 +286,13 @@ def test_cuda_graph_replays_forward_and_backward_on_new_data(name, dtype):
             out["y"] = y.detach()
             out["grads"] = list(torch.autograd.grad(y, wrt, g_out)) if wrt else []
 
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                step()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            step()
+        replay, _ = library.captured(step)  # warm-up on a side stream, then the capture
         captured = {"y": out["y"], "grads": out["grads"]}
         with torch.no_grad():  # new data in the captured inputs
             for a in [*args, g_out]:
                 if isinstance(a, torch.Tensor) and a.is_floating_point():
                     a.copy_(torch.randn_like(a))
-        graph.replay()
+        replay()
         torch.cuda.synchronize()
         step()  # eager, on the same new data
         check.assert_close(captured["y"], out["y"], name="replayed output")
