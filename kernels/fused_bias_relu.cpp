@@ -520,7 +520,7 @@ class FusedBiasReluFunction : public torch::autograd::Function<FusedBiasReluFunc
         grads_from(grad_outputs[0], saved, ctx->saved_data["scale"].toDouble(), need_bias);
     return once_differentiable(  // none for the numbers
         "fused_bias_relu", {need_x ? grad_x : at::Tensor(), need_bias ? grad_bias : at::Tensor(), {}, {}},
-        {grad_outputs[0]});
+        grad_outputs);
   }
 };
 
@@ -548,7 +548,7 @@ class FusedBiasReluInplaceFunction : public torch::autograd::Function<FusedBiasR
     auto [grad_x, grad_bias] = grads_from(grad_outputs[0], y, ctx->saved_data["scale"].toDouble(), need_bias);
     return once_differentiable("fused_bias_relu_",
                                {need_x ? grad_x : at::Tensor(), need_bias ? grad_bias : at::Tensor(), {}},
-                               {grad_outputs[0]});
+                               grad_outputs);
   }
 };
 
@@ -561,7 +561,15 @@ bool recording(const at::Tensor& x, const at::Tensor& bias) {
 // The differentiable op. With nothing to record (no grad needed, or torch.no_grad) the forward alone:
 // no mask to compute and no graph node. Mixed floating dtypes are converted here, by differentiable
 // .to() calls, so the gradients come back in each argument's own dtype.
+// The devices are checked first, before the dispatcher picks the next kernel: it picks by every tensor's
+// device, so a bias on "meta" beside a CPU x would go to the meta (fake) kernel, not to ours that says
+// what is wrong.
+void check_devices(const at::Tensor& x, const at::Tensor& bias) {
+  if (x.defined() && bias.defined()) check_same_device(bias, "bias", x, "x");
+}
+
 at::Tensor differentiable(const at::Tensor& x, const at::Tensor& bias, double scale, bool save_bits) {
+  check_devices(x, bias);
   if (!recording(x, bias)) {
     const at::AutoDispatchBelowADInplaceOrView below_autograd;
     return forward_op().call(x, bias, scale);
@@ -576,6 +584,7 @@ at::Tensor fused_bias_relu_autograd(const at::Tensor& x, const at::Tensor& bias,
 }
 
 void fused_bias_relu_inplace_autograd(at::Tensor& x, const at::Tensor& bias, double scale) {
+  check_devices(x, bias);
   if (!recording(x, bias)) {  // ADInplaceOrView (below) bumps the version
     const at::AutoDispatchBelowAutograd below_autograd;
     inplace_op().call(x, bias, scale);
@@ -631,10 +640,8 @@ TORCH_LIBRARY_IMPL(course, ADInplaceOrView, m) {
 }
 
 // Lesson 02's binding: save_bits=true is the registered op course::fused_bias_relu (whose Autograd kernel
-// is the Function above), save_bits=false the same Function saving y. The device check comes first: the
-// dispatcher picks the kernel from the arguments' devices, and a bias on another device would choose it.
+// is the Function above), save_bits=false the same Function saving y.
 at::Tensor fused_bias_relu(const at::Tensor& x, const at::Tensor& bias, double scale, bool save_bits) {
-  if (x.defined() && bias.defined()) check_same_device(bias, "bias", x, "x");
   if (save_bits) return forward_op().call(x, bias, scale);
   return differentiable(x, bias, scale, false);
 }

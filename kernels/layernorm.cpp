@@ -584,14 +584,11 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
                               bias.defined() ? std::optional<at::Tensor>(bias) : std::nullopt,
                               {want_x, want_w, want_b});
     }();
-    torch::autograd::variable_list inputs = {grads[0], x};
-    if (weight.defined()) inputs.push_back(weight);
-    if (bias.defined()) inputs.push_back(bias);
     // one gradient per argument of forward: x, normalized_shape, weight, bias, eps
     return once_differentiable("layer_norm",
                                {want_x ? grad_x : at::Tensor(), at::Tensor(), want_w ? grad_w : at::Tensor(),
                                 want_b ? grad_b : at::Tensor(), at::Tensor()},
-                               inputs);
+                               grads);
   }
 };
 
@@ -606,18 +603,22 @@ at::Tensor layer_norm_autograd(const at::Tensor& x, c10::SymIntArrayRef normaliz
   return LayerNormFunction::apply(x, normalized_shape, weight, bias, eps);
 }
 
+const auto& layer_norm_op() {
+  static const auto handle = op<LayerNormSig>("layer_norm");
+  return handle;
+}
+
 // Autocast on CUDA: native layer_norm's rule (float32), applied as ATen's own autocast wrappers do: each
 // floating CUDA tensor that is not float64 cast to float32 (cached_cast keeps a cast of a parameter for
 // the rest of the autocast region), then the op called again with autocast off.
 at::Tensor layer_norm_autocast_cuda(const at::Tensor& x, c10::SymIntArrayRef normalized_shape,
                                     const std::optional<at::Tensor>& weight,
                                     const std::optional<at::Tensor>& bias, double eps) {
-  static const auto layer_norm_op = op<LayerNormSig>("layer_norm");
   const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCUDA);
   const auto cuda = c10::DeviceType::CUDA;
-  return layer_norm_op.call(at::autocast::cached_cast(at::kFloat, x, cuda), normalized_shape,
-                            at::autocast::cached_cast(at::kFloat, weight, cuda),
-                            at::autocast::cached_cast(at::kFloat, bias, cuda), eps);
+  return layer_norm_op().call(at::autocast::cached_cast(at::kFloat, x, cuda), normalized_shape,
+                              at::autocast::cached_cast(at::kFloat, weight, cuda),
+                              at::autocast::cached_cast(at::kFloat, bias, cuda), eps);
 }
 
 COURSE_LIBRARY(m) {
@@ -652,8 +653,7 @@ TORCH_LIBRARY_IMPL(course, AutocastCUDA, m) { m.impl("layer_norm", &layer_norm_a
 at::Tensor layer_norm(const at::Tensor& x, std::vector<int64_t> normalized_shape,
                       const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
                       double eps) {
-  static const auto layer_norm_op = op<LayerNormSig>("layer_norm");
-  return layer_norm_op.call(x, c10::fromIntArrayRefSlow(normalized_shape), weight, bias, eps);
+  return layer_norm_op().call(x, c10::fromIntArrayRefSlow(normalized_shape), weight, bias, eps);
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {

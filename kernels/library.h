@@ -56,7 +56,7 @@ c10::TypedOperatorHandle<Signature> op(const char* name) {
 // autograd does not see into) would be silently zero, as it is with Python's @once_differentiable.
 // The node must reach every tensor a second derivative can be taken with respect to: the forward's inputs
 // (the edges of the node autograd is running, this Function's, lead to them, whether or not anything
-// saved does) and `inputs`, the tensors backward received (grad_y).
+// saved does) and `grad_outputs`, the gradients backward received.
 struct NoDoubleBackwardNode : torch::autograd::Node {
   NoDoubleBackwardNode(const char* op_name, torch::autograd::edge_list&& edges)
       : Node(std::move(edges)), op_name(op_name) {}
@@ -69,14 +69,14 @@ struct NoDoubleBackwardNode : torch::autograd::Node {
   const char* op_name;
 };
 
-inline torch::autograd::variable_list once_differentiable(const char* op_name,
-                                                          torch::autograd::variable_list grads,
-                                                          const torch::autograd::variable_list& inputs) {
+inline torch::autograd::variable_list once_differentiable(
+    const char* op_name, torch::autograd::variable_list grads,
+    const torch::autograd::variable_list& grad_outputs) {
   if (!at::GradMode::is_enabled()) return grads;
   const auto running = torch::autograd::get_current_node();
   torch::autograd::edge_list edges = running ? running->next_edges() : torch::autograd::edge_list();
-  for (const auto& t : inputs)
-    if (t.defined()) edges.push_back(torch::autograd::impl::gradient_edge(t));
+  for (const auto& g : grad_outputs)
+    if (g.defined()) edges.push_back(torch::autograd::impl::gradient_edge(g));
   if (std::none_of(edges.begin(), edges.end(), [](const auto& e) { return e.is_valid(); })) return grads;
   const auto node = std::shared_ptr<NoDoubleBackwardNode>(new NoDoubleBackwardNode(op_name, std::move(edges)),
                                                           torch::autograd::deleteNode);

@@ -194,6 +194,16 @@ std::tuple<at::Tensor, at::Tensor> polynomial_backward_kernel(const at::Tensor& 
   return {out[0], grad_coeffs};
 }
 
+// The ops as typed handles, looked up once.
+const auto& poly_op() {
+  static const auto handle = op<decltype(polynomial_kernel)>("polynomial");
+  return handle;
+}
+const auto& poly_backward_op() {
+  static const auto handle = op<decltype(polynomial_backward_kernel)>("polynomial_backward");
+  return handle;
+}
+
 // forward and backward call the ops through the dispatcher, below the Autograd key, rather than the
 // functions above: under torch.compile the tensors are fake, and the dispatcher sends them to the fake
 // kernels instead of ours.
@@ -203,25 +213,28 @@ class PolynomialFunction : public torch::autograd::Function<PolynomialFunction> 
                             const at::Tensor& coeffs) {
     ctx->save_for_backward({x, coeffs});
     const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    static const auto poly = op<decltype(polynomial_kernel)>("polynomial");
-    return poly.call(x, coeffs);
+    return poly_op().call(x, coeffs);
   }
 
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
                                                torch::autograd::tensor_list grads) {
     const auto saved = ctx->get_saved_variables();
     const bool need_coeffs = ctx->needs_input_grad(1);
-    static const auto poly_backward = op<decltype(polynomial_backward_kernel)>("polynomial_backward");
     const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    auto [grad_x, grad_coeffs] = poly_backward.call(grads[0], saved[0], saved[1], need_coeffs);
+    auto [grad_x, grad_coeffs] = poly_backward_op().call(grads[0], saved[0], saved[1], need_coeffs);
     return once_differentiable(
         "polynomial",
-        {ctx->needs_input_grad(0) ? grad_x : at::Tensor(), need_coeffs ? grad_coeffs : at::Tensor()},
-        {grads[0], saved[0], saved[1]});
+        {ctx->needs_input_grad(0) ? grad_x : at::Tensor(), need_coeffs ? grad_coeffs : at::Tensor()}, grads);
   }
 };
 
+// The devices are checked here, before the dispatcher picks the next kernel: it picks by every tensor's
+// device, so a CPU x with a "meta" coeffs would go to the meta (fake) kernel, not to ours that says what is
+// wrong.
 at::Tensor polynomial_autograd(const at::Tensor& x, const at::Tensor& coeffs) {
+  check_defined(x, "x");
+  check_defined(coeffs, "coeffs");
+  check_same_device(coeffs, "coeffs", x, "x");
   return PolynomialFunction::apply(x, coeffs);
 }
 
@@ -249,22 +262,13 @@ TORCH_LIBRARY_IMPL(course, Autograd, m) { m.impl("polynomial", &polynomial_autog
 // and the op called again with autocast off. On the CPU autocast leaves pow alone, and so this op.
 at::Tensor polynomial_autocast_cuda(const at::Tensor& x, const at::Tensor& coeffs) {
   const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCUDA);
-  static const auto poly = op<decltype(polynomial_kernel)>("polynomial");
-  return poly.call(at::autocast::cached_cast(at::kFloat, x, c10::DeviceType::CUDA),
-                   at::autocast::cached_cast(at::kFloat, coeffs, c10::DeviceType::CUDA));
+  return poly_op().call(at::autocast::cached_cast(at::kFloat, x, c10::DeviceType::CUDA),
+                        at::autocast::cached_cast(at::kFloat, coeffs, c10::DeviceType::CUDA));
 }
 TORCH_LIBRARY_IMPL(course, AutocastCUDA, m) { m.impl("polynomial", &polynomial_autocast_cuda); }
 
 // Lessons 01-03 call the op through this pybind11 module: polynomial() is the same differentiable op.
-at::Tensor polynomial(const at::Tensor& x, const at::Tensor& coeffs) {
-  // Devices first: the dispatcher would send a meta `coeffs` beside a real x to the Meta kernel (the fake,
-  // where helpers/ops/polynomial.py registered one), not to ours and its checks.
-  check_defined(x, "x");
-  check_defined(coeffs, "coeffs");
-  check_same_device(coeffs, "coeffs", x, "x");
-  static const auto poly = op<decltype(polynomial_kernel)>("polynomial");
-  return poly.call(x, coeffs);
-}
+at::Tensor polynomial(const at::Tensor& x, const at::Tensor& coeffs) { return poly_op().call(x, coeffs); }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "y = a*x^3 + b*x^2 + c*x + d with coeffs = [a, b, c, d] (lesson 01)";
