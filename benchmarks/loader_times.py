@@ -132,7 +132,8 @@ def measure(args) -> dict:
             return dict(s=None, error=str(e).splitlines()[:3])
         b = loader.last_build
         return dict(s=round(seconds, 2), compiler_cpu_s=round(_child_cpu() - cpu, 2), link_s=round(b.link_seconds, 2),
-                    compiled=b.compiled, pch_built=b.pch_built, pch=b.pch is not None)  # fmt: skip
+                    compiled=b.compiled, pch_built=b.pch_built, pch=b.pch is not None,
+                    tu_s={k: round(v, 2) for k, v in b.tu_seconds.items()})  # fmt: skip
 
     # (c) cold builds. Without the PCH first (its own cache), then with it: the first op pays for it.
     ops = [FIRST] + [op for op in FURTHER if (kernels / f"{op}.cpp").exists()][: args.further]
@@ -216,6 +217,9 @@ def table(result: dict) -> str:
         verdict = "-" if t is None else ("pass" if result[key] <= t else "FAIL")
         target = f"<= {t:g}" if t is not None else "-"
         lines.append(f"{key[:-2]:34} {result[key]:8.3g} {target:>8}  {verdict}")
+    for op, b in result.get("cold_with_pch", {}).items():  # where a cold build's seconds go, per source
+        parts = ", ".join(f"{k} {v:.1f}" for k, v in sorted(b.get("tu_s", {}).items(), key=lambda kv: -kv[1]))
+        lines.append(f"  {op} cold: {b.get('s')} s = compiles ({parts}) + link {b.get('link_s')}")
     lines.append(f"({result['cores']} cores, {result['machine']}, built for {result['built_for']})")
     return "\n".join(lines)
 

@@ -75,6 +75,7 @@ class Build:
     pch: Path | None = None  # the precompiled torch header the glue was compiled with (None: none)
     pch_built: bool = False  # True when this build precompiled it (the first build on this machine)
     link_seconds: float = 0.0  # of `seconds`, the link (0 when the module came from the cache)
+    tu_seconds: dict[str, float] = dataclasses.field(default_factory=dict)  # each compiled source's wall time
 
 
 last_build: Build | None = None
@@ -568,6 +569,7 @@ def load(
     todo = [j for j in jobs if not j[2].exists()]
     linked = pch_built = False
     link_seconds = 0.0
+    tu_seconds: dict[str, float] = {}
     if todo or not so.exists():
         with _Lock(build_dir / "lock"):
             todo = [j for j in jobs if not j[2].exists()]  # another process may have built them meanwhile
@@ -588,7 +590,7 @@ def load(
                 also = " and torch's headers (once per machine: later ops compile faster)" if pch_job else ""
                 with _Progress(f"Building {name}: {what}{arch_note}{also}"):
                     try:
-                        _compile_all(todo, verbose)
+                        tu_seconds = _compile_all(todo, verbose)
                         if not so.exists():
                             objs = [str(j[2]) for j in jobs]
                             t_link = time.time()
@@ -601,15 +603,19 @@ def load(
     module = _import(name, so)
     with_pch = pch if pch and any(c[-3:] == use_pch for _, c, _ in todo or jobs) else None
     compiled = [s.name for s, _, _ in todo]
-    last_build = Build(name, so, time.time() - t0, compiled, linked, with_pch, pch_built, link_seconds)
+    last_build = Build(name, so, time.time() - t0, compiled, linked, with_pch, pch_built, link_seconds, tu_seconds)
     if verbose:
         print(f"{name}: {so} ({last_build.seconds:.2f} s, compiled {last_build.compiled or 'nothing'})")
     return module
 
 
-def _compile_all(todo, verbose: bool) -> None:
+def _compile_all(todo, verbose: bool) -> dict[str, float]:
+    """Compile `todo` in parallel (one thread per core); returns each source's wall-clock seconds."""
+    seconds: dict[str, float] = {}
+
     def one(job):
         src, cmd, obj = job
+        t = time.time()
         full = lambda tmp: [*cmd, "-c", str(src), "-o", str(tmp)]  # noqa: E731
         if verbose:
             print("\n$ " + shlex.join(full(obj)))
@@ -617,6 +623,7 @@ def _compile_all(todo, verbose: bool) -> None:
         _atomic(obj, lambda tmp: out.append(_run(full(tmp), f"compiling {_rel(str(src))}")))
         for line in _PCH_NOT_USED.findall("".join(out))[:1]:  # -Winvalid-pch: say so, the build still works
             print(f"\nnote: {src.name} was compiled without the precompiled torch header: {line.strip()}")
+        seconds[src.name] = time.time() - t
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 1))) as pool:
         futures = [pool.submit(one, j) for j in todo]
@@ -627,6 +634,7 @@ def _compile_all(todo, verbose: bool) -> None:
             msg + "\n(the module loaded before, if any, is still the one in use)",
             "\n".join(getattr(e, "log", "") for e in errors),
         )
+    return seconds
 
 
 def _import(name: str, so: Path):
