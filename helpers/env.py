@@ -8,6 +8,9 @@ errors that are hard to read. ``find_toolkit`` looks for one ($CUDA_HOME, nvcc o
 NVIDIA's pip wheels in this environment) and ``ensure_toolkit`` installs the pip wheels when none matches:
 ``python -m helpers.env --ensure-nvcc`` (the Makefile's set-up runs it).
 
+Colab: the published repository and release (PUBLISHED_REPO, PUBLISHED_REF) that the bootstrap cell clones and
+every "Open in Colab" badge opens; ``python -m helpers.env --badges`` rewrites the badges from them.
+
 Environment variables: COURSE_DEVICE=cpu (CPU mode on a GPU machine), COURSE_SOLUTIONS=1 (load the exercise
 solutions), COURSE_CACHE (the build cache), COURSE_KERNELS (build from a copy of kernels/: the benchmarks
 edit one), COURSE_PCH=1/0 (force the precompiled torch header on/off; by default on with 4+ cores; see helpers/loader.py).
@@ -36,6 +39,61 @@ KERNELS = Path(os.environ.get("COURSE_KERNELS") or REPO_ROOT / "kernels").resolv
 
 def in_colab() -> bool:
     return "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ
+
+
+# The published course: the GitHub repository and the release (a git tag) that every "Open in Colab" badge
+# opens and that the bootstrap cell clones on Colab (its COURSE_GIT and COURSE_REF). Change them here, then
+# run `python -m helpers.env --badges` to rewrite the badges; tests/test_colab.py checks that the badges in
+# README.md and in every notebook, and every bootstrap cell, agree with these two lines.
+PUBLISHED_REPO = "gpu-course/pytorch-cuda-kernels"
+PUBLISHED_REF = "v0.1"
+COLAB_BADGE_SVG = "https://colab.research.google.com/assets/colab-badge.svg"
+
+
+def colab_url(notebook: str) -> str:
+    """The address that opens notebooks/`notebook` of the published release in Colab."""
+    return f"https://colab.research.google.com/github/{PUBLISHED_REPO}/blob/{PUBLISHED_REF}/notebooks/{notebook}"
+
+
+def colab_badge(notebook: str) -> str:
+    """The Markdown "Open in Colab" badge of notebooks/`notebook`."""
+    return f"[![Open In Colab]({COLAB_BADGE_SVG})]({colab_url(notebook)})"
+
+
+_BADGE = re.compile(r"\[!\[Open In Colab\]\([^)]*\)\]\(([^)]*)\)")
+
+
+def write_badges(root: Path = REPO_ROOT) -> list[Path]:
+    """Put colab_badge(name) in every notebook (the line after the title of its first markdown cell) and after
+    each notebook's name in README.md's table of lessons, replacing any older badge. Returns the files changed.
+    Notebooks are rewritten as `make strip` writes them; nothing else in them changes."""
+    import json
+
+    changed = []
+    for nb_path in sorted((root / "notebooks").glob("[0-9]*.ipynb")):
+        nb = json.loads(nb_path.read_text())
+        cell = next(c for c in nb["cells"] if c["cell_type"] == "markdown")
+        text = "".join(cell["source"])
+        badge = colab_badge(nb_path.name)
+        if _BADGE.search(text):
+            new = _BADGE.sub(lambda m: badge, text)  # noqa: B023
+        else:
+            title, _, rest = text.partition("\n")
+            new = f"{title}\n\n{badge}\n" + (rest if rest.startswith("\n") else "\n" + rest)
+        if new != text:
+            cell["source"] = new.splitlines(keepends=True)
+            nb_path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+            changed.append(nb_path)
+    readme = root / "README.md"
+    text = readme.read_text()
+    new = text
+    for nb_path in sorted((root / "notebooks").glob("[0-9]*.ipynb")):
+        row = re.compile(rf"(\| `{re.escape(nb_path.name)}`)(?: {_BADGE.pattern})? \|")
+        new = row.sub(lambda m: f"{m.group(1)} {colab_badge(nb_path.name)} |", new)  # noqa: B023
+    if new != text:
+        readme.write_text(new)
+        changed.append(readme)
+    return changed
 
 
 def solutions_enabled() -> bool:
@@ -316,14 +374,27 @@ def detect() -> Env:
     )
 
 
+def _script_dirs() -> list[Path]:
+    """Where `pip install` puts a package's programs: this Python's scripts folder, the user scheme's (pip
+    install --user, which pip falls back to when site-packages is read-only), or $PIP_TARGET/bin."""
+    dirs = [Path(sysconfig.get_paths()["scripts"]), Path(sysconfig.get_paths(f"{os.name}_user")["scripts"])]
+    if os.environ.get("PIP_TARGET"):
+        dirs.append(Path(os.environ["PIP_TARGET"], "bin"))
+    return dirs
+
+
 def _ensure_ninja() -> str | None:
-    """torch's load/load_inline need the ninja build tool; Colab lacks it, so install it there."""
+    """torch's load/load_inline need the ninja build tool; Colab lacks it, so install it there (from PyPI, or
+    wherever pip is configured to look) and put the folder pip installed it into on PATH."""
     if shutil.which("ninja"):
         return None
     if in_colab():
+        print("Installing ninja (torch's load() needs it) ...", flush=True)
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "ninja"], check=False)
-        bindir = Path(sysconfig.get_paths()["scripts"])
-        os.environ["PATH"] = f"{bindir}{os.pathsep}{os.environ['PATH']}"
+        for bindir in _script_dirs():
+            if (bindir / "ninja").is_file():
+                os.environ["PATH"] = f"{bindir}{os.pathsep}{os.environ['PATH']}"
+                break
         if shutil.which("ninja"):
             return None
     return (
@@ -366,5 +437,8 @@ def report(env: Env) -> str:
 if __name__ == "__main__":
     if "--ensure-nvcc" in sys.argv:
         ensure_toolkit()
+    elif "--badges" in sys.argv:
+        for path in write_badges():
+            print(f"wrote {path.relative_to(REPO_ROOT)}")
     else:
         print(report(bootstrap(quiet=True)))

@@ -1,0 +1,41 @@
+"""The course's ops, built ahead of time (lesson 06: `pip wheel .` with setup.py). Importing this package loads
+each op's prebuilt library, whose C++ side registers torch.ops.course.NAME (schema, CPU/CUDA/Autograd kernels),
+then adds the Python registrations from helpers/ops/NAME.py (fake kernels, autocast rules). Nothing is compiled:
+no nvcc, no ninja, no kernels/ folder needed.
+
+    import course_ops                        # torch.ops.course.polynomial(x, coeffs) works from here on
+    course_ops.OPS                           # the ops this wheel was built with, e.g. ["polynomial"]
+    course_ops.extensions["polynomial"]      # the op's module (its pybind functions: forward, backward, ...)
+
+helpers.ops.extension(NAME) returns these modules once this package is imported, instead of building kernels/.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+from pathlib import Path
+
+import torch  # noqa: F401  (the libraries link against torch's: load it first)
+
+_HERE = Path(__file__).resolve().parent
+
+
+def _built() -> list[str]:
+    """The extension modules in this folder (course_ops/NAME.cpython-312-x86_64-linux-gnu.so, ...)."""
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    return sorted({p.name.split(".")[0] for p in _HERE.iterdir() if p.name.endswith(suffixes)})
+
+
+OPS: list[str] = _built()
+if not OPS:
+    raise ImportError(
+        f"course_ops at {_HERE} holds no built op: install the wheel (`pip wheel --no-build-isolation .` in the "
+        "course folder), or put the course folder on sys.path and use helpers.ops, which builds kernels/ itself"
+    )
+extensions = {name: importlib.import_module(f"{__name__}.{name}") for name in OPS}
+
+from helpers import ops as _ops  # noqa: E402  (after `extensions`: helpers.ops.extension looks here)
+
+for _name in OPS:
+    importlib.import_module(f"{_ops.__name__}.{_name}").register()

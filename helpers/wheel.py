@@ -1,0 +1,252 @@
+"""Lesson 06's tools: build the course's ops into a wheel with setup.py, install it into a fresh folder, and run
+it in a fresh Python process that cannot see this course folder (so what runs is what the wheel holds).
+
+    w = wheel.build(out, ops=["polynomial"], cuda=False)      # pip wheel --no-build-isolation: a Wheel
+    site = wheel.install(w.path, target)                      # pip install --target: a fresh folder
+    report = wheel.check_installed(site)                      # a new process: import, run, opcheck
+
+Each step runs pip or python as a subprocess, as you would in a terminal; a failure raises WheelError with the
+command and the end of its output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .env import REPO_ROOT
+
+
+class WheelError(RuntimeError):
+    def _render_traceback_(self):  # IPython: the message, not a traceback through subprocess
+        return [f"\x1b[31mWheelError\x1b[0m: {self}"]
+
+
+@dataclasses.dataclass
+class Wheel:
+    path: Path
+    seconds: float  # the whole `pip wheel`: compile, link, zip
+    ops: list[str]
+    cuda: bool
+    archs: str  # TORCH_CUDA_ARCH_LIST ("" when not CUDA)
+    debug: bool
+
+    @property
+    def mb(self) -> float:
+        return self.path.stat().st_size / 1e6
+
+    def __str__(self) -> str:
+        what = f"CUDA {self.archs or 'this GPU'}" if self.cuda else "CPU only"
+        return (
+            f"{self.path.name}: {', '.join(self.ops) or 'every packaged op'}, {what}{', DEBUG' if self.debug else ''}: "
+            f"{self.mb:.1f} MB, built in {self.seconds:.1f} s"
+        )
+
+
+def _run(cmd: list[str], what: str, env: dict | None = None, cwd: Path | None = None) -> str:
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-40:])
+        raise WheelError(f"{what} failed (exit {proc.returncode}):\n$ {' '.join(map(str, cmd))}\n{tail}")
+    return proc.stdout
+
+
+def build(
+    out: str | Path,
+    *,
+    ops: list[str] | None = None,
+    cuda: bool = True,
+    archs: str | None = None,
+    debug: bool = False,
+    build_dir: str | Path | None = None,
+) -> Wheel:
+    """`pip wheel --no-build-isolation --no-deps -w OUT .` in the course folder, with setup.py's switches set:
+    COURSE_OPS (default: every packaged op), USE_CUDA, TORCH_CUDA_ARCH_LIST (default: this machine's GPU),
+    DEBUG. build_dir: where objects are compiled (default: a folder of the build cache per configuration,
+    reused by the next build of the same configuration; pass a new folder to time a build from scratch)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, USE_CUDA="1" if cuda else "0", DEBUG="1" if debug else "0")
+    env.pop("COURSE_SOLUTIONS", None)  # a wheel always ships the solutions (setup.py's include path)
+    for var, value in (("COURSE_OPS", ",".join(ops or [])), ("TORCH_CUDA_ARCH_LIST", archs or "")):
+        env.pop(var, None)
+        if value:
+            env[var] = value
+    if build_dir is not None:
+        env["COURSE_WHEEL_BUILD"] = str(build_dir)
+    before = set(out.glob("*.whl"))
+    for old in before:  # pip keeps a wheel of the same name: remove it, so the one returned is this build's
+        if old.name.startswith("course_ops-"):
+            old.unlink()
+    cmd = [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-q", "-w", str(out), "."]
+    t0 = time.perf_counter()
+    _run(cmd, "building the wheel", env=env, cwd=REPO_ROOT)
+    seconds = time.perf_counter() - t0
+    made = sorted(out.glob("course_ops-*.whl"), key=lambda p: p.stat().st_mtime)
+    if not made:
+        raise WheelError(f"pip wheel succeeded but left no course_ops wheel in {out}")
+    return Wheel(made[-1], seconds, ops or [], cuda, archs or "", debug)
+
+
+def install(wheel: str | Path, target: str | Path) -> Path:
+    """`pip install --no-deps --no-index --target TARGET WHEEL`: a folder holding only the wheel's files (torch
+    comes from the environment, as it would for a user). Returns the folder."""
+    target = Path(target)
+    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--upgrade", "--target"]
+    _run([*cmd, str(target), str(wheel)], "installing the wheel")
+    return target
+
+
+# The program check_installed runs in a new process. It imports course_ops from the installed folder (and so
+# helpers from there too: the course folder is not on sys.path when they are imported), then borrows only the
+# sample inputs of the course's tests (tests/op_samples.py) to run each packaged op against plain PyTorch and
+# through torch.library.opcheck, on the CPU and on the GPU if there is one.
+_CHECK = r"""
+import json, sys, time
+t0 = time.perf_counter()
+import torch
+t_torch = time.perf_counter() - t0
+t0 = time.perf_counter()
+import course_ops
+t_import = time.perf_counter() - t0
+import helpers
+sys.path.append(sys.argv[1])  # the course folder, for tests/op_samples.py only: the ops are the wheel's
+from tests import op_samples
+devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+checked = []
+for name, op in op_samples.LIBRARY_OPS.items():
+    if op.module not in course_ops.OPS:
+        continue
+    for device in devices:
+        for args in op_samples.library_samples(name, device, requires_grad=bool(op.differentiable)):
+            torch.library.opcheck(op.overload(), args)
+        if op.public is not None:
+            for args in op_samples.library_samples(name, device):
+                torch.testing.assert_close(op.public(*args), op.native(*args), msg=lambda m: f"{name}: {m}")
+        checked.append(f"{name} ({device})")
+print(json.dumps({
+    "course_ops": course_ops.__file__, "helpers": helpers.__file__, "ops": course_ops.OPS,
+    "libraries": {n: m.__file__ for n, m in course_ops.extensions.items()},
+    "import_torch_s": t_torch, "import_course_ops_s": t_import, "checked": checked,
+}))
+"""
+
+
+def _fresh_env(site: Path, hide_gpu: bool) -> dict:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))
+    for var in ("COURSE_SOLUTIONS", "COURSE_KERNELS"):
+        env.pop(var, None)
+    if hide_gpu:  # what a machine without a GPU sees (torch's CUDA build still loads, with no device)
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
+def check_installed(site: str | Path, *, hide_gpu: bool = False) -> dict:
+    """In a new Python process with `site` first on sys.path (started in an empty folder, so the course
+    folder is not visible): import course_ops, then opcheck every packaged op and compare it with plain
+    PyTorch. Returns what the process reports: where course_ops and helpers were loaded from, the import times,
+    and the ops and devices checked. Raises WheelError when the process fails."""
+    site = Path(site).resolve()
+    env = _fresh_env(site, hide_gpu)
+    with tempfile.TemporaryDirectory(prefix="course-fresh-") as cwd:
+        out = _run([sys.executable, "-c", _CHECK, str(REPO_ROOT)], "the fresh process", env=env, cwd=Path(cwd))
+    report = json.loads(out.strip().splitlines()[-1])
+    for what in ("course_ops", "helpers", *report["libraries"].values()):
+        path = report.get(what, what)
+        if not Path(path).resolve().is_relative_to(site):
+            raise WheelError(f"the fresh process loaded {path}, not the installed copy in {site}")
+    return report
+
+
+_TIME = r"""
+import json, sys
+import torch, course_ops
+from helpers import bench
+n = int(sys.argv[1])
+g = torch.Generator(device="cuda").manual_seed(0)
+x, grad_y = (torch.randn(n, device="cuda", generator=g) for _ in range(2))
+coeffs = torch.tensor([1.5, 0.5, -2.0, 0.25], device="cuda")
+ext = course_ops.extensions["polynomial"]
+times = {
+    "forward v1": bench.time(lambda: ext.forward(x, coeffs, 1)).ms,
+    "forward v2": bench.time(lambda: torch.ops.course.polynomial(x, coeffs)).ms,
+    "backward v2": bench.time(lambda: torch.ops.course.polynomial_backward(grad_y, x, coeffs, True)).ms,
+}
+print(json.dumps(times))
+"""
+
+
+def time_polynomial(site: str | Path, numel: int = 1 << 24) -> dict[str, float]:
+    """On the GPU, in a new process importing course_ops from `site`: the median milliseconds of the installed
+    polynomial's forward (v1: lesson 01's exercise kernel, v2: the course's) and backward on `numel` floats."""
+    site = Path(site).resolve()
+    with tempfile.TemporaryDirectory(prefix="course-fresh-") as cwd:
+        out = _run([sys.executable, "-c", _TIME, str(numel)], "timing", env=_fresh_env(site, False), cwd=Path(cwd))
+    return json.loads(out.strip().splitlines()[-1])
+
+
+# What the course's C++ glue uses from torch (a pattern found in kernels/*.cpp and the headers they include), and
+# the name its stable-ABI counterpart would have in torch's stable headers (torch/csrc/stable, torch/headeronly,
+# the AOTI C shim), or None where the stable ABI has nothing under any name: then `term` is what is searched
+# for, to show it is absent.
+STABLE_ABI_USES = [
+    ("schemas: TORCH_LIBRARY_FRAGMENT (COURSE_LIBRARY)", r"COURSE_LIBRARY\(", "STABLE_TORCH_LIBRARY_FRAGMENT"),
+    ("CPU and CUDA kernels: TORCH_LIBRARY_IMPL", r"TORCH_LIBRARY_IMPL\(course, C(PU|UDA)", "STABLE_TORCH_LIBRARY_IMPL"),
+    ("dtype dispatch: AT_DISPATCH_*", r"AT_DISPATCH", "THO_DISPATCH"),
+    ("CPU threads: at::parallel_for", r"at::parallel_for", "parallel_for"),
+    ("the current CUDA stream", r"getCurrentCUDAStream", "aoti_torch_get_current_cuda_stream"),
+    ("device guard: c10::cuda::CUDAGuard", r"CUDAGuard", "DeviceGuard"),
+    ("typed errors: TORCH_CHECK_TYPE / _VALUE", r"TORCH_CHECK_(TYPE|VALUE)", "TORCH_CHECK_VALUE"),
+    ("C++ autograd: torch::autograd::Function", r"torch::autograd::Function", "autograd"),
+    ("autocast kernels: at::autocast (AutocastCUDA)", r"at::autocast", "autocast"),
+    ("the dispatcher: c10::Dispatcher (define(), op<>())", r"c10::Dispatcher", "Dispatcher"),
+    ("pybind11 bindings (ext.forward, lessons 01-03)", r"PYBIND11_MODULE", "PYBIND11"),
+]
+
+
+def stable_abi_table() -> list[dict]:
+    """For each thing the course's C++ glue uses (STABLE_ABI_USES): how many kernels/*.cpp files use it, directly
+    or through a course header, and where torch's stable ABI headers have its counterpart (None: nowhere)."""
+    import re
+
+    import torch
+
+    from . import env, loader
+
+    include = Path(torch.__file__).parent / "include" / "torch"
+    stable = [
+        *(include / "csrc" / "stable").rglob("*.h"),
+        *(include / "headeronly").rglob("*.h"),
+        include / "csrc" / "inductor" / "aoti_torch" / "c" / "shim.h",
+    ]
+    stable_text = {p: p.read_text(errors="replace") for p in stable if p.is_file()}
+    glue = sorted(p for p in env.KERNELS.glob("*.cpp") if "." not in p.stem)
+    texts = {
+        p.name: "".join(d.read_text(errors="replace") for d in loader._local_deps(p, [env.KERNELS / "solutions"]))
+        for p in glue
+    }
+    rows = []
+    for what, pattern, term in STABLE_ABI_USES:
+        users = [name for name, text in texts.items() if re.search(pattern, text)]
+        hits = sorted(str(p.relative_to(include.parent)) for p, text in stable_text.items() if term in text)
+        rows.append({"uses": what, "files": len(users), "stable ABI": hits[0] if hits else None})
+    return rows
+
+
+def show_setup(name: str) -> None:
+    """Print the function `name` of setup.py with its line numbers (the source, not a copy of it)."""
+    import ast
+
+    path = REPO_ROOT / "setup.py"
+    text = path.read_text()
+    node = next(n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.FunctionDef) and n.name == name)
+    lines = text.splitlines()
+    print(f"# setup.py, lines {node.lineno}-{node.end_lineno}")
+    for i in range(node.lineno - 1, node.end_lineno):
+        print(f"{i + 1:4d}  {lines[i]}")
