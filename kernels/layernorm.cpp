@@ -333,6 +333,33 @@ at::Tensor constant_row(const at::Tensor& x, int64_t N, int value) {
   return row;
 }
 
+// Backward v2's workspace (the blocks' partial column sums), kept per device, stream and dtype and reused by
+// the next call on that stream: work on one stream runs in order, so a later call cannot overwrite partial
+// sums an earlier one still reads, and each step allocates one tensor less (an allocation is a few
+// microseconds of CPU, and at small shapes the step's CPU time is its time: benchmarks/profile_step.py).
+// Only small workspaces are kept (at most kKeptWorkspaceBytes; a larger one belongs to a step whose kernels
+// take far longer than an allocation), and none while a CUDA graph is being captured (the graph's own pool
+// must own what it uses). Like constant_row's map, never destroyed.
+constexpr int64_t kKeptWorkspaceBytes = 8 << 20;
+
+at::Tensor backward_workspace(const at::Tensor& x, int64_t numel, at::ScalarType acc_type) {
+  const auto options = x.options().dtype(acc_type);
+  const int64_t bytes = numel * int64_t(c10::elementSize(acc_type));
+  const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(x.device().index());
+  if (bytes > kKeptWorkspaceBytes) return at::empty({numel}, options);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  COURSE_CUDA_CHECK(cudaStreamIsCapturing(stream.stream(), &capture));
+  if (capture != cudaStreamCaptureStatusNone) return at::empty({numel}, options);
+  using Key = std::tuple<int, cudaStream_t, int>;
+  static std::mutex mutex;
+  static auto* kept = new std::map<Key, at::Tensor>();
+  const Key key{int(x.device().index()), stream.stream(), int(acc_type)};
+  const std::lock_guard<std::mutex> lock(mutex);
+  at::Tensor& buffer = (*kept)[key];
+  if (!buffer.defined() || buffer.numel() < numel) buffer = at::empty({numel}, options);
+  return buffer;
+}
+
 // On the GPU: the parameter as a contiguous [N] tensor of x's dtype (a float32 one of a mixed call cast to
 // it), or (None) the row of ones or zeros.
 at::Tensor cuda_param(const std::optional<at::Tensor>& p, const at::Tensor& x, int64_t N, int value) {
@@ -457,8 +484,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_impl(
       layernorm_backward_v1<cuda_t>(gy, xp, mean.data_ptr<acc_t>(), rstd.data_ptr<acc_t>(), wp, gx,
                                     cuda_ptr<scalar_t>(dw), cuda_ptr<scalar_t>(db), M, int(N), on.stream);
     } else {
-      at::Tensor workspace = at::empty(
-          {layernorm_backward_v2_workspace<cuda_t>(gy, xp, wp, gx, M, int(N), kernel)}, mean.options());
+      const at::Tensor workspace = backward_workspace(
+          x, layernorm_backward_v2_workspace<cuda_t>(gy, xp, wp, gx, M, int(N), kernel), mean.scalar_type());
       layernorm_backward_v2<cuda_t>(gy, xp, mean.data_ptr<acc_t>(), rstd.data_ptr<acc_t>(), wp, gx,
                                     cuda_ptr<scalar_t>(dw), cuda_ptr<scalar_t>(db),
                                     workspace.data_ptr<acc_t>(), M, int(N), on.stream, kernel);
