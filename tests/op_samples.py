@@ -29,9 +29,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from helpers.ops import add_norm as an
 from helpers.ops import fused_bias_relu as fbr
 from helpers.ops import layernorm as ln
 from helpers.ops import polynomial as poly
+from helpers.ops import rmsnorm as rms
 
 # --------------------------------------------------------------------------------------------------
 # kernels/checks.h's messages
@@ -394,7 +396,232 @@ LAYERNORM = Op(
     ],
 )
 
-OPS = {op.name: op for op in (POLYNOMIAL, FUSED_BIAS_RELU, LAYERNORM)}
+RMSNORM = Op(
+    name="rmsnorm",
+    variants={
+        **{
+            f"v{v}": (
+                lambda v: lambda ext: lambda x, w, eps: rms.rms_norm(x, x.shape[-1:], w, eps, ext=ext, version=v)
+            )(v)
+            for v in (1, 2)
+        },
+        "torch_ops": lambda ext: lambda x, w, eps: course_op("rms_norm")(x, [x.shape[-1]], w, eps),
+    },
+    reference=lambda x, w, eps: rms.reference(x, x.shape[-1:], w, eps),
+    samples=lambda t, nd: [
+        [t(4, 3), t(3), EPS],
+        [t(2, 3, 33), nd(33), None],
+        [nd(5, 64), t(64), 1e-3],
+        [t(3, 130), None, EPS],
+    ],
+    empty=lambda t: [[t(0, 5), t(5), EPS], [t(2, 0, 7), t(7), None]],
+    bad=[
+        Bad(
+            "x_dtype",
+            lambda ext, d: rms.rms_norm(_ones(2, 4, device=d, dtype=torch.int32), 4, _ones(4, device=d), ext=ext),
+            TypeError,
+            lambda d: must_be_floating("x", torch.int32),
+        ),
+        Bad(
+            "weight_dtype",
+            lambda ext, d: rms.rms_norm(_ones(2, 4, device=d), 4, _ones(4, device=d, dtype=torch.bfloat16), ext=ext),
+            TypeError,
+            lambda d: must_have_dtype_of("weight", "x", torch.float32, torch.bfloat16),
+        ),
+        Bad(
+            "weight_dtype_beside_half",
+            lambda ext, d: rms.rms_norm(
+                _ones(2, 4, device=d, dtype=torch.bfloat16), 4, _ones(4, device=d, dtype=torch.float64), ext=ext
+            ),
+            TypeError,
+            lambda d: "weight must have the dtype of x (BFloat16) or be float32 (Float), got Double",
+        ),
+        Bad(
+            "weight_shape",
+            lambda ext, d: rms.rms_norm(_ones(2, 4, device=d), 4, _ones(5, device=d), ext=ext),
+            ValueError,
+            lambda d: must_have_shape("weight", [4], [5]),
+        ),
+        Bad(
+            "weight_device",
+            lambda ext, d: rms.rms_norm(_ones(2, 4, device=d), 4, _ones(4, device=other_device(d)), ext=ext),
+            RuntimeError,
+            lambda d: must_be_on_device_of("weight", "x", _x_device(d), other_device(d)),
+        ),
+        Bad(
+            "normalized_shape",
+            lambda ext, d: rms.rms_norm(_ones(2, 4, device=d), (2, 5), None, ext=ext),
+            ValueError,
+            lambda d: "x's last dimensions must be normalized_shape [2, 5], got x of shape [2, 4]",
+        ),
+        Bad(
+            "x_rows_of_zero",
+            lambda ext, d: rms.rms_norm(_ones(3, 0, device=d), 0, None, ext=ext),
+            ValueError,
+            lambda d: (
+                "normalized_shape [0] must have at least one element (the normalized size N), got x of shape [3, 0]"
+            ),
+        ),
+        Bad(
+            "x_scalar",
+            lambda ext, d: ext.forward(torch.tensor(1.0, device=d), None),
+            ValueError,
+            lambda d: "x must have at least one dimension, got a 0-d tensor",
+        ),
+        Bad(
+            "eps",
+            lambda ext, d: rms.rms_norm(_ones(2, 4, device=d), 4, None, -1.0, ext=ext),
+            ValueError,
+            lambda d: "eps must be a finite number >= 0, got -1",
+        ),
+        Bad(
+            "version",
+            lambda ext, d: ext.forward(_ones(2, 4, device=d), None, None, 3),
+            ValueError,
+            lambda d: version_between(2, 3),
+        ),
+        Bad(
+            "backward_grad_y_shape",
+            lambda ext, d: ext.backward(_ones(1, 4, device=d), _ones(2, 4, device=d), _ones(2, device=d), None),
+            ValueError,
+            lambda d: must_have_shape("grad_y", [2, 4], [1, 4]),
+        ),
+        Bad(
+            "backward_rstd_dtype",
+            lambda ext, d: ext.backward(
+                _ones(2, 4, device=d), _ones(2, 4, device=d), _ones(2, device=d, dtype=torch.float64), None
+            ),
+            TypeError,
+            lambda d: "rstd must be float32 (what forward returns for a float32 x), got float64",
+        ),
+        Bad(
+            "op_weight_shape",
+            lambda ext, d: course_op("rms_norm")(_ones(2, 4, device=d), [4], _ones(5, device=d), None),
+            ValueError,
+            lambda d: must_have_shape("weight", [4], [5]),
+        ),
+    ],
+)
+
+
+def _stacked(fn):
+    """(y, h) as one tensor, so that the checks of an output and its gradient cover both outputs."""
+    return lambda *args: torch.stack(fn(*args))
+
+
+ADD_NORM = Op(
+    name="add_norm",
+    variants={
+        "public": lambda ext: lambda x, r, w, eps: _stacked(an.add_rms_norm)(x, r, x.shape[-1:], w, eps),
+        # the op takes x and residual of one shape: broadcast first, as the public call does
+        "torch_ops": lambda ext: (
+            lambda x, r, w, eps: _stacked(course_op("add_rms_norm"))(
+                *torch.broadcast_tensors(x, r), [x.shape[-1]], w, eps
+            )
+        ),
+    },
+    reference=lambda x, r, w, eps: _stacked(an.reference_rms)(x, r, x.shape[-1:], w, eps),
+    samples=lambda t, nd: [
+        [t(4, 3), t(4, 3), t(3), EPS],
+        [t(2, 3, 33), nd(2, 3, 33), nd(33), None],
+        [nd(5, 64), t(5, 64), t(64), 1e-3],
+        [t(3, 130), t(3, 130), None, EPS],
+    ],
+    empty=lambda t: [[t(0, 5), t(0, 5), t(5), EPS], [t(2, 0, 7), t(2, 0, 7), t(7), None]],
+    bad=[
+        Bad(
+            "x_dtype",
+            lambda ext, d: an.add_rms_norm(
+                _ones(2, 4, device=d, dtype=torch.int32), _ones(2, 4, device=d, dtype=torch.int32), 4
+            ),
+            TypeError,
+            lambda d: must_be_floating("x", torch.int32),
+        ),
+        Bad(
+            "residual_shape",
+            lambda ext, d: ext.add_rms_norm(_ones(2, 4, device=d), _ones(3, 4, device=d), [4]),
+            ValueError,
+            lambda d: must_have_shape("residual", [2, 4], [3, 4]),
+        ),
+        Bad(
+            "residual_dtype",
+            lambda ext, d: ext.add_rms_norm(_ones(2, 4, device=d), _ones(2, 4, device=d, dtype=torch.float64), [4]),
+            TypeError,
+            lambda d: must_have_dtype_of("residual", "x", torch.float32, torch.float64),
+        ),
+        Bad(
+            "residual_device",
+            lambda ext, d: ext.add_rms_norm(_ones(2, 4, device=d), _ones(2, 4, device=other_device(d)), [4]),
+            RuntimeError,
+            lambda d: must_be_on_device_of("residual", "x", _x_device(d), other_device(d)),
+        ),
+        Bad(
+            "weight_shape",
+            lambda ext, d: an.add_rms_norm(_ones(2, 4, device=d), _ones(2, 4, device=d), 4, _ones(5, device=d)),
+            ValueError,
+            lambda d: must_have_shape("weight", [4], [5]),
+        ),
+        Bad(
+            "eps",
+            lambda ext, d: an.add_rms_norm(_ones(2, 4, device=d), _ones(2, 4, device=d), 4, None, float("nan")),
+            ValueError,
+            lambda d: "eps must be a finite number >= 0, got nan",
+        ),
+        Bad(
+            "layer_bias_dtype",
+            lambda ext, d: an.add_layer_norm(
+                _ones(2, 4, device=d, dtype=torch.bfloat16),
+                _ones(2, 4, device=d, dtype=torch.bfloat16),
+                4,
+                _ones(4, device=d),
+                _ones(4, device=d, dtype=torch.bfloat16),
+            ),
+            TypeError,
+            lambda d: (
+                "weight and bias must have the same dtype (both BFloat16 like x, or both Float), "
+                "got weight Float and bias BFloat16"
+            ),
+        ),
+        Bad(
+            "layer_normalized_shape",
+            lambda ext, d: an.add_layer_norm(_ones(2, 4, device=d), _ones(2, 4, device=d), (8,)),
+            ValueError,
+            lambda d: "x's last dimensions must be normalized_shape [8], got x of shape [2, 4]",
+        ),
+        Bad(
+            "op_backward_grad_h_shape",
+            lambda ext, d: course_op("add_rms_norm_backward")(
+                _ones(2, 4, device=d),
+                _ones(2, 3, device=d),
+                _ones(2, 4, device=d),
+                [4],
+                _ones(2, device=d),
+                None,
+                [True, True],
+            ),
+            ValueError,
+            lambda d: must_have_shape("grad_h", [2, 4], [2, 3]),
+        ),
+        Bad(
+            "op_layer_backward_mean_shape",
+            lambda ext, d: course_op("add_layer_norm_backward")(
+                _ones(2, 4, device=d),
+                None,
+                _ones(2, 4, device=d),
+                [4],
+                _ones(3, device=d),
+                _ones(2, device=d),
+                None,
+                None,
+                [True, True, True],
+            ),
+            ValueError,
+            lambda d: must_have_shape("mean", [2], [3]),
+        ),
+    ],
+)
+
+OPS = {op.name: op for op in (POLYNOMIAL, FUSED_BIAS_RELU, LAYERNORM, RMSNORM, ADD_NORM)}
 
 
 def sample_inputs(op: str, device, requires_grad: bool = False, dtype=torch.float32, seed: int = 0) -> list[list]:
@@ -521,12 +748,82 @@ def _layer_norm(t):  # x, normalized_shape, weight, bias, eps
     ]
 
 
+def _dropout(t):  # x, p, train: odd sizes (not whole groups of 4), p = 0 and 1 exactly, eval mode
+    return [
+        [t(17, 3), 0.5, True],
+        [t(9, 20, nc=True), 0.25, True],
+        [t(2, 3, 5), 0.9, True],
+        [t(0, 5), 0.5, True],
+        [t(4, 7), 0.0, True],
+        [t(4, 7), 1.0, True],
+        [t(5, 6), 0.5, False],
+    ]
+
+
+def _dropout_backward(t):  # grad_y, rng_state, p: the state a forward call drew
+    out = []
+    for x, p, train in _dropout(t):
+        _, state = course_op("dropout")(x, p, train)
+        out.append([t(*x.shape, nc=not x.is_contiguous()), state, p if train else 0.0])
+    return out
+
+
 def _layer_norm_backward(t):  # grad_y, x, normalized_shape, mean, rstd, weight, bias, output_mask
     out = []
     for i, (x, shape, w, b, eps) in enumerate(_layer_norm(t)):
         _, mean, rstd = course_op("layer_norm_forward")(x, shape, w, b, eps)
         mask = [True, w is not None, b is not None] if i % 2 == 0 else [True, False, False]
         out.append([t(*x.shape, nc=not x.is_contiguous()), x, shape, mean, rstd, w, b, mask])
+    return out
+
+
+def _rms_norm(t):  # x, normalized_shape, weight, eps
+    return [
+        [t(4, 3), [3], t(3), EPS],
+        [t(2, 3, 33), [33], t(33, nc=True), None],  # eps None: native's default
+        [t(5, 64, nc=True), [64], t(64), 1e-3],
+        [t(3, 130), [130], None, EPS],  # no weight (nn.RMSNorm(elementwise_affine=False))
+        [t(0, 5), [5], t(5), EPS],
+        [t(2, 0, 7), [7], t(7), None],
+        [t(3, 40), [40], t(40, dtype=HALF_PARAMS), EPS],  # a float32 weight
+        [t(2, 3, 4), [3, 4], t(3, 4), None],  # over two trailing dimensions
+    ]
+
+
+def _rms_norm_backward(t):  # grad_y, x, normalized_shape, rstd, weight, output_mask
+    out = []
+    for i, (x, shape, w, eps) in enumerate(_rms_norm(t)):
+        _, rstd = course_op("rms_norm_forward")(x, shape, w, eps)
+        mask = [True, w is not None] if i % 2 == 0 else [True, False]
+        out.append([t(*x.shape, nc=not x.is_contiguous()), x, shape, rstd, w, mask])
+    return out
+
+
+def _add_rms_norm(t):  # x, residual, normalized_shape, weight, eps
+    return [[x, t(*x.shape, nc=i == 1), shape, w, eps] for i, (x, shape, w, eps) in enumerate(_rms_norm(t))]
+
+
+def _add_rms_norm_backward(t):  # grad_y, grad_h, h, normalized_shape, rstd, weight, output_mask
+    out = []
+    for i, (x, r, shape, w, eps) in enumerate(_add_rms_norm(t)):
+        _, h, rstd = course_op("add_rms_norm_forward")(x, r, shape, w, eps)
+        mask = [True, w is not None] if i % 2 == 0 else [True, False]
+        grad_h = t(*x.shape, nc=not x.is_contiguous()) if i % 3 != 2 else None  # h unused: no gradient
+        out.append([t(*x.shape), grad_h, h, shape, rstd, w, mask])
+    return out
+
+
+def _add_layer_norm(t):  # x, residual, normalized_shape, weight, bias, eps
+    return [[x, t(*x.shape, nc=i == 2), shape, w, b, eps] for i, (x, shape, w, b, eps) in enumerate(_layer_norm(t))]
+
+
+def _add_layer_norm_backward(t):  # grad_y, grad_h, h, normalized_shape, mean, rstd, weight, bias, output_mask
+    out = []
+    for i, (x, r, shape, w, b, eps) in enumerate(_add_layer_norm(t)):
+        _, h, mean, rstd = course_op("add_layer_norm_forward")(x, r, shape, w, b, eps)
+        mask = [True, w is not None, b is not None] if i % 2 == 0 else [True, False, False]
+        grad_h = t(*x.shape) if i % 3 != 2 else None
+        out.append([t(*x.shape, nc=not x.is_contiguous()), grad_h, h, shape, mean, rstd, w, b, mask])
     return out
 
 
@@ -557,6 +854,29 @@ LIBRARY_OPS = {
         ),
         LibraryOp("layer_norm_forward", "layernorm", _layer_norm),
         LibraryOp("layer_norm_backward", "layernorm", _layer_norm_backward),
+        LibraryOp("rms_norm", "rmsnorm", _rms_norm, (0, 2), rms.rms_norm, F.rms_norm),
+        LibraryOp("rms_norm_forward", "rmsnorm", _rms_norm),
+        LibraryOp("rms_norm_backward", "rmsnorm", _rms_norm_backward),
+        # (y, h) stacked into one tensor: the tests' checks of an output and its gradient cover both
+        LibraryOp(
+            "add_rms_norm", "add_norm", _add_rms_norm, (0, 1, 3), _stacked(an.add_rms_norm), _stacked(an.reference_rms)
+        ),
+        LibraryOp("add_rms_norm_forward", "add_norm", _add_rms_norm),
+        LibraryOp("add_rms_norm_backward", "add_norm", _add_rms_norm_backward),
+        LibraryOp(
+            "add_layer_norm",
+            "add_norm",
+            _add_layer_norm,
+            (0, 1, 3, 4),
+            _stacked(an.add_layer_norm),
+            _stacked(an.reference_layer),
+        ),
+        LibraryOp("add_layer_norm_forward", "add_norm", _add_layer_norm),
+        LibraryOp("add_layer_norm_backward", "add_norm", _add_layer_norm_backward),
+        # Random: opcheck reseeds before each call it compares; tests/test_dropout.py has the compile,
+        # autocast and CUDA graph tests, which must compare masks drawn afresh (no `public` here).
+        LibraryOp("dropout", "dropout", _dropout, (0,)),
+        LibraryOp("dropout_backward", "dropout", _dropout_backward),
     )
 }
 

@@ -21,9 +21,12 @@ import pytest
 import torch
 
 from helpers import multigpu
+from helpers.ops import add_norm as an
+from helpers.ops import dropout as dr
 from helpers.ops import fused_bias_relu as fbr
 from helpers.ops import layernorm as ln
 from helpers.ops import polynomial as poly
+from helpers.ops import rmsnorm as rms
 
 from .conftest import load_solutions
 
@@ -45,18 +48,48 @@ def _ln(x, w, b):
     return ln.layer_norm(x, w, b, 1e-5)
 
 
+def _rms(x, w):
+    return rms.rms_norm(x, x.shape[-1:], w, 1e-6)
+
+
+def _add_rms(x, r, w):  # (y, h): both outputs in one tensor, so _run's gradient reaches x and r through both
+    return torch.cat([t.flatten() for t in an.add_rms_norm(x, r, x.shape[-1:], w, 1e-6)])
+
+
+def _add_ln(x, r, w, b):
+    return torch.cat([t.flatten() for t in an.add_layer_norm(x, r, x.shape[-1:], w, b, 1e-5)])
+
+
+def _dropout(x):  # the mask comes from the generator of x's device, seeded alike for both runs
+    torch.manual_seed(0)
+    return dr.dropout(x, 0.25)
+
+
 # op name -> (shapes of its tensor arguments, the call)
 OPS = {
     "polynomial": ([(4099,), (4,)], _poly),
     "fused_bias_relu": ([(67, 129), (129,)], _fbr),
     "layernorm": ([(37, 1000), (1000,), (1000,)], _ln),
+    "rmsnorm": ([(37, 1000), (1000,)], _rms),
+    "add_norm": ([(37, 1000), (37, 1000), (1000,)], _add_rms),
+    "add_layer_norm": ([(37, 1000), (37, 1000), (1000,), (1000,)], _add_ln),
+    "dropout": ([(67, 129)], _dropout),
+}
+BUILDS = {"add_layer_norm": "add_norm"}  # the kernels/ op a call's build is named after, where it differs
+SECOND = {  # the argument named in the error for tensors on two GPUs (x is the first)
+    "polynomial": "coeffs",
+    "fused_bias_relu": "bias",
+    "layernorm": "weight",
+    "rmsnorm": "weight",
+    "add_norm": "residual",
+    "add_layer_norm": "residual",
 }
 
 
 @pytest.fixture(scope="module")
 def _built():
     for name in OPS:  # build once, with the solutions, before any test times or counts memory
-        load_solutions(name)
+        load_solutions(BUILDS.get(name, name))
 
 
 def _inputs(name, device, dtype, seed=0):
@@ -131,11 +164,11 @@ def test_op_uses_the_current_stream_of_its_tensors_device(name):
 
 @two_gpus
 @pytest.mark.usefixtures("_built")
-@pytest.mark.parametrize("name", OPS)
+@pytest.mark.parametrize("name", SECOND)
 def test_tensors_on_two_gpus_get_a_clear_error(name):
     args = _inputs(name, "cuda:0", torch.float32)
     args[1] = args[1].to("cuda:1")
-    second = {"polynomial": "coeffs", "fused_bias_relu": "bias", "layernorm": "weight"}[name]
+    second = SECOND[name]
     with pytest.raises(RuntimeError, match=rf"{second} must be on the same device as x \(cuda:0\), got cuda:1"):
         OPS[name][1](*args)
 

@@ -1,0 +1,133 @@
+"""Lesson 05's fused residual add + norm, the pre-norm transformer's hot path: ``h = x + residual; y =
+norm(h)``, returning (y, h), as real PyTorch ops for RMSNorm and LayerNorm.
+
+    y, h = add_rms_norm(x, residual, (N,), weight)            # torch.ops.course.add_rms_norm
+    y, h = add_layer_norm(x, residual, (N,), weight, bias)    # torch.ops.course.add_layer_norm
+
+The C++ side (kernels/add_norm.cpp) defines the ops with CPU, CUDA, Autograd and AutocastCUDA kernels; here
+are their fake kernels and the public calls, which promote x and residual to one dtype and broadcast them to
+one shape first, as `x + residual` does:
+
+    course::add_rms_norm(x, residual, normalized_shape, weight?, eps?) -> (y, h)
+    course::add_rms_norm_forward(same) -> (y, h, rstd)
+    course::add_rms_norm_backward(grad_y, grad_h?, h, normalized_shape, rstd, weight?, output_mask)
+        -> (grad_input, grad_weight)
+    course::add_layer_norm(x, residual, normalized_shape, weight?, bias?, eps) -> (y, h)
+    course::add_layer_norm_forward(same) -> (y, h, mean, rstd)
+    course::add_layer_norm_backward(grad_y, grad_h?, h, normalized_shape, mean, rstd, weight?, bias?,
+        output_mask) -> (grad_input, grad_weight, grad_bias)
+
+grad_input is the gradient of x and of residual alike. Parameters and eps as helpers/ops/rmsnorm.py and
+helpers/ops/layernorm.py take them; y and h are contiguous with x's shape and dtype, the statistics float32
+(float64 for float64) with x's leading shape.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from . import extension, once
+from .rmsnorm import _acc_dtype, _as_shape, check_shapes
+
+
+def _check_residual(x, residual) -> None:
+    torch._check(
+        residual.shape == x.shape, lambda: f"residual must have shape {list(x.shape)}, got {list(residual.shape)}"
+    )
+
+
+@once
+def register() -> None:
+    """Load the ops (kernels/add_norm.cpp defines them) and register their fake kernels."""
+    extension("add_norm")
+
+    def stats(x, normalized_shape):
+        return x.new_empty(x.shape[: x.dim() - len(normalized_shape)], dtype=_acc_dtype(x.dtype))
+
+    @torch.library.register_fake("course::add_rms_norm_forward")
+    def _(x, residual, normalized_shape, weight, eps):
+        check_shapes(x, normalized_shape, [("weight", weight)])
+        _check_residual(x, residual)
+        return x.new_empty(x.shape), x.new_empty(x.shape), stats(x, normalized_shape)
+
+    @torch.library.register_fake("course::add_rms_norm")
+    def _(x, residual, normalized_shape, weight, eps):
+        check_shapes(x, normalized_shape, [("weight", weight)])
+        _check_residual(x, residual)
+        return x.new_empty(x.shape), x.new_empty(x.shape)
+
+    @torch.library.register_fake("course::add_rms_norm_backward")
+    def _(grad_y, grad_h, h, normalized_shape, rstd, weight, output_mask):
+        check_shapes(h, normalized_shape, [("weight", weight)])
+        want_x, want_w = output_mask
+        p = weight.dtype if weight is not None else h.dtype
+        return h.new_empty(h.shape if want_x else (0,)), h.new_empty(normalized_shape if want_w else (0,), dtype=p)
+
+    @torch.library.register_fake("course::add_layer_norm_forward")
+    def _(x, residual, normalized_shape, weight, bias, eps):
+        check_shapes(x, normalized_shape, [("weight", weight), ("bias", bias)])
+        _check_residual(x, residual)
+        mean = stats(x, normalized_shape)
+        return x.new_empty(x.shape), x.new_empty(x.shape), mean, torch.empty_like(mean)
+
+    @torch.library.register_fake("course::add_layer_norm")
+    def _(x, residual, normalized_shape, weight, bias, eps):
+        check_shapes(x, normalized_shape, [("weight", weight), ("bias", bias)])
+        _check_residual(x, residual)
+        return x.new_empty(x.shape), x.new_empty(x.shape)
+
+    @torch.library.register_fake("course::add_layer_norm_backward")
+    def _(grad_y, grad_h, h, normalized_shape, mean, rstd, weight, bias, output_mask):
+        check_shapes(h, normalized_shape, [("weight", weight), ("bias", bias)])
+        want_x, want_w, want_b = output_mask
+        p = next((t.dtype for t in (weight, bias) if t is not None), h.dtype)
+        return (
+            h.new_empty(h.shape if want_x else (0,)),
+            h.new_empty(normalized_shape if want_w else (0,), dtype=p),
+            h.new_empty(normalized_shape if want_b else (0,), dtype=p),
+        )
+
+
+def _promoted(x, residual):
+    """x and residual as `x + residual` takes them: one dtype (promoted) and one shape (broadcast); the ops
+    themselves take one dtype and one shape."""
+    dtype = torch.promote_types(x.dtype, residual.dtype)
+    x, residual = x.to(dtype), residual.to(dtype)
+    if x.shape != residual.shape:
+        x, residual = torch.broadcast_tensors(x, residual)
+    return x, residual
+
+
+def add_rms_norm(x, residual, normalized_shape, weight=None, eps=None):
+    """(y, h): h = x + residual, y = ``F.rms_norm(h, normalized_shape, weight, eps)``, in one kernel each way;
+    differentiable in x, residual and weight, through y and h."""
+    register()
+    x, residual = _promoted(x, residual)
+    shape = _as_shape(normalized_shape)
+    if torch.compiler.is_compiling():
+        return torch.ops.course.add_rms_norm(x, residual, shape, weight, eps)
+    return extension("add_norm").add_rms_norm(x, residual, list(shape), weight, eps)
+
+
+def add_layer_norm(x, residual, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
+    """(y, h): h = x + residual, y = ``F.layer_norm(h, normalized_shape, weight, bias, eps)``, in one kernel
+    each way; differentiable in x, residual, weight and bias, through y and h."""
+    register()
+    x, residual = _promoted(x, residual)
+    shape = _as_shape(normalized_shape)
+    if torch.compiler.is_compiling():
+        return torch.ops.course.add_layer_norm(x, residual, shape, weight, bias, eps)
+    return extension("add_norm").add_layer_norm(x, residual, list(shape), weight, bias, eps)
+
+
+def reference_rms(x, residual, normalized_shape, weight=None, eps=None):
+    """The unfused pair in plain PyTorch: an add, then native rms_norm."""
+    h = x + residual
+    return F.rms_norm(h, _as_shape(normalized_shape), weight, eps), h
+
+
+def reference_layer(x, residual, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
+    """The unfused pair in plain PyTorch: an add, then native layer_norm."""
+    h = x + residual
+    return F.layer_norm(h, _as_shape(normalized_shape), weight, bias, eps), h

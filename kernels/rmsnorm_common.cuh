@@ -1,0 +1,745 @@
+// kernels/rmsnorm_common.cuh: the fast norm kernels of lesson 05, written once for RMSNorm and LayerNorm and
+// for a plain input or a fused residual add (h = x + residual, then the norm of h). kernels/rmsnorm.cu
+// instantiates them for RMSNorm (its v2), kernels/add_norm.cu for the fused add + RMSNorm and add +
+// LayerNorm. No torch header: only those two .cu files include it. Built from lesson 03's pieces
+// (layernorm_common.cuh: Raw, to_pack, group_sum, row_threads, vectorizable, blocks_per_sm).
+//
+//   Norm                      kRms: y = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps) (one row sum);
+//                             kLayer: y = (x - mean) * rstd * w + b (two row sums, from registers)
+//   load_input, store_y       a pack of the input (x, or x + residual rounded to T and written to h), and
+//                             the one place a kernel writes y (where an epilogue, e.g. dropout, goes)
+//   forward_kernel            rows in registers: a row group of 1 to 32 warps per row, 16-byte packs
+//   forward_long_kernel       one block per row; the row kept in shared memory where it fits, else read
+//                             again (from L2)
+//   backward_kernel           a persistent grid of row groups, rows in registers with the next one in flight,
+//                             grad_weight (and grad_bias) summed per block in shared memory, one row of
+//                             partial sums per block
+//   cluster_sum, cluster_done backward rows over a thread block cluster (sm_90): each block holds a slice
+//                             of the row in registers; the row sums meet through distributed shared memory
+//   backward_long_rows_kernel, backward_long_cols_kernel: rows too long for registers: the two row sums
+//                             by one block per row, then grad_x and the partial column sums by column tiles
+//   sum_partials_kernel       adds the partial rows in a fixed order (the same bits on every run)
+//   launch_forward, plan_backward, launch_backward, launch_in_clusters: the host side
+//
+// Backward, with xhat = (x - mean) * rstd (mean = 0 for RMSNorm) and g = grad_y * w, per row:
+//   grad_x = rstd * (g - mean(g) - xhat * mean(g * xhat)) [+ grad_h]    (RMSNorm: no mean(g) term)
+//   grad_w = sum over rows of grad_y * xhat,  grad_b = sum over rows of grad_y.
+#pragma once
+
+#include <cooperative_groups.h>
+
+#include <type_traits>
+
+#include "layernorm_common.cuh"
+
+namespace rmsnorm {
+
+using layernorm::blocks_per_sm;
+using layernorm::group_sum;
+using layernorm::lane_sum;
+using layernorm::Raw;
+using layernorm::row_threads;
+using layernorm::rsqrt_acc;
+using layernorm::to_pack;
+using layernorm::vectorizable;
+
+enum class Norm { kRms, kLayer };
+
+// A Pack's bytes as a Raw (both are kVec values of T; the words are moved in registers).
+template <typename T, int kVec>
+__device__ __forceinline__ Raw<T, kVec> as_raw(const Pack<T, kVec>& p) {
+  Raw<T, kVec> r;
+  if constexpr (Raw<T, kVec>::kBytes >= 4) {
+#pragma unroll
+    for (int i = 0; i < Raw<T, kVec>::kBytes / 4; ++i) r.w[i] = reinterpret_cast<const uint32_t*>(p.v)[i];
+  } else {
+    r.w[0] = *reinterpret_cast<const unsigned short*>(p.v);
+  }
+  return r;
+}
+
+template <typename T, int kVec>
+__device__ __forceinline__ void store_raw(const Raw<T, kVec>& r, T* p) {
+  if constexpr (Raw<T, kVec>::kBytes == 16) {
+    *reinterpret_cast<uint4*>(p) = make_uint4(r.w[0], r.w[1], r.w[2], r.w[3]);
+  } else if constexpr (Raw<T, kVec>::kBytes == 8) {
+    *reinterpret_cast<uint2*>(p) = make_uint2(r.w[0], r.w[1]);
+  } else if constexpr (Raw<T, kVec>::kBytes == 4) {
+    *reinterpret_cast<uint32_t*>(p) = r.w[0];
+  } else {
+    *reinterpret_cast<unsigned short*>(p) = static_cast<unsigned short>(r.w[0]);
+  }
+}
+
+// The pack at offset `off` of the norm's input: x, or (kAdd) h = x + residual, rounded to T as an eager
+// `x + residual` rounds it, written to h, and normalized as rounded.
+template <typename T, int kVec, bool kAdd>
+__device__ __forceinline__ void load_input(Raw<T, kVec>& v, const T* __restrict__ x,
+                                           const T* __restrict__ res, T* __restrict__ h, int64_t off) {
+  v.load(x + off);
+  if constexpr (kAdd) {
+    Raw<T, kVec> r;
+    r.load(res + off);
+    Acc<T> s[kVec];
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) s[k] = v[k] + r[k];
+    const Pack<T, kVec> p = to_pack<T>(s);
+    *reinterpret_cast<Pack<T, kVec>*>(h + off) = p;
+    v = as_raw<T, kVec>(p);
+  }
+}
+
+// Row sums across the kCluster blocks of a thread block cluster (sm_90) that share a row, each block holding
+// a slice of it: every block puts its group's totals (group_sum's, K values per row group) into `slot` in its
+// own shared memory, the cluster synchronizes, and every block adds the kCluster blocks' values read through
+// distributed shared memory in rank order, so all get the same bits. A slot may be written again once every
+// block has passed the next cluster barrier (it has read this one by then). kCluster == 1: nothing to do.
+template <int kCluster, int K, typename acc_t>
+__device__ __forceinline__ void cluster_sum(acc_t (&v)[K], acc_t* slot) {
+  if constexpr (kCluster > 1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    if (threadIdx.x == 0)
+#pragma unroll
+      for (int k = 0; k < K; ++k) slot[threadIdx.y * K + k] = v[k];
+    cluster.sync();
+#pragma unroll
+    for (int k = 0; k < K; ++k) v[k] = 0;
+    for (int r = 0; r < kCluster; ++r) {
+      const acc_t* remote = cluster.map_shared_rank(slot, r);
+#pragma unroll
+      for (int k = 0; k < K; ++k) v[k] += remote[threadIdx.y * K + k];
+    }
+#else
+    __trap();  // launched only on sm_90 and newer
+#endif
+  }
+}
+
+// The end of a cluster kernel: no block leaves (freeing its shared memory) while another may still read it.
+template <int kCluster>
+__device__ __forceinline__ void cluster_done() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (kCluster > 1) cooperative_groups::this_cluster().sync();
+#endif
+}
+
+// Every forward kernel writes y here and nowhere else: kVec values of row `row`, from column j.
+template <typename T, int kVec>
+__device__ __forceinline__ void store_y(T* __restrict__ y, int64_t row, int N, int j,
+                                        const Acc<T> (&v)[kVec]) {
+  *reinterpret_cast<Pack<T, kVec>*>(y + row * N + j) = to_pack<T>(v);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Forward
+// ------------------------------------------------------------------------------------------------
+
+// Rows in registers: each row group loads its row once (16-byte packs, pack c to thread c % blockDim.x);
+// RMSNorm needs one group sum (of squares), LayerNorm two (the mean, then squared deviations from the
+// registers).
+template <typename T, Norm kNorm, bool kAdd, int kVec, int kPacks>
+__global__ __launch_bounds__(1024) void forward_kernel(const T* __restrict__ x, const T* __restrict__ res,
+                                                       const T* __restrict__ w, const T* __restrict__ b,
+                                                       T* __restrict__ y, T* __restrict__ h,
+                                                       Acc<T>* __restrict__ mean, Acc<T>* __restrict__ rstd,
+                                                       int64_t M, int N, Acc<T> eps) {
+  using acc_t = Acc<T>;
+  __shared__ acc_t buf[2][32];
+  const int64_t row = blockIdx.x * int64_t(blockDim.y) + threadIdx.y;
+  const bool active = row < M;
+  Raw<T, kVec> v[kPacks];
+  acc_t s[1] = {0};
+#pragma unroll
+  for (int p = 0; p < kPacks; ++p) {
+    const int j = (threadIdx.x + p * blockDim.x) * kVec;
+    if (active && j < N) {
+      load_input<T, kVec, kAdd>(v[p], x, res, h, row * N + j);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) s[0] += kNorm == Norm::kRms ? v[p][k] * v[p][k] : v[p][k];
+    }
+  }
+  group_sum(s, buf[0]);
+  acc_t mu = 0, rs;
+  if constexpr (kNorm == Norm::kLayer) {
+    mu = s[0] / N;
+    acc_t q[1] = {0};
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p)
+      if (active && (threadIdx.x + p * blockDim.x) * kVec < N)
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) q[0] += (v[p][k] - mu) * (v[p][k] - mu);
+    group_sum(q, buf[1]);
+    rs = rsqrt_acc(q[0] / N + eps);
+  } else {
+    rs = rsqrt_acc(s[0] / N + eps);
+  }
+  if (!active) return;
+#pragma unroll
+  for (int p = 0; p < kPacks; ++p) {
+    const int j = (threadIdx.x + p * blockDim.x) * kVec;
+    if (j < N) {
+      Raw<T, kVec> wv, bv;
+      wv.load(w + j);
+      if constexpr (kNorm == Norm::kLayer) bv.load(b + j);
+      acc_t out[kVec];
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        out[k] = (v[p][k] - mu) * rs * wv[k];
+        if constexpr (kNorm == Norm::kLayer) out[k] += bv[k];
+      }
+      store_y<T, kVec>(y, row, N, j, out);
+    }
+  }
+  if (threadIdx.x == 0) {
+    if constexpr (kNorm == Norm::kLayer) mean[row] = mu;
+    rstd[row] = rs;
+  }
+}
+
+// Rows too long for registers: one block per row. The first pass loads four packs per thread at a time (64
+// bytes in flight per thread), keeps the row in shared memory (`keep`, where it fits) and sums; the others
+// read the row from there, or (too long for shared memory) again from global memory, mostly from L2.
+template <typename T, Norm kNorm, bool kAdd, int kVec>
+__global__ __launch_bounds__(1024) void forward_long_kernel(
+    const T* __restrict__ x, const T* __restrict__ res, const T* __restrict__ w, const T* __restrict__ b,
+    T* __restrict__ y, T* __restrict__ h, Acc<T>* __restrict__ mean, Acc<T>* __restrict__ rstd, int N,
+    Acc<T> eps, bool keep) {
+  using acc_t = Acc<T>;
+  constexpr int U = 4;
+  extern __shared__ float4 smem_[];
+  T* kept = reinterpret_cast<T*>(smem_);
+  __shared__ acc_t buf[2][32];
+  const int64_t row = blockIdx.x;
+  const int packs = N / kVec;
+  const T* again = (kAdd ? h : x) + row * N;  // where the later passes read the row when not kept
+  const auto reread = [&](int c) {
+    Raw<T, kVec> v;
+    if (keep)
+      v.load(kept + c * kVec);
+    else
+      v.load(again + c * kVec);
+    return v;
+  };
+  acc_t s[1] = {0};
+  for (int c0 = threadIdx.x; c0 < packs; c0 += U * blockDim.x) {
+    Raw<T, kVec> v[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (c0 + u * blockDim.x < packs)
+        load_input<T, kVec, kAdd>(v[u], x, res, h, row * N + (c0 + u * blockDim.x) * kVec);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int c = c0 + u * blockDim.x;
+      if (c < packs) {
+        if (keep) store_raw<T, kVec>(v[u], kept + c * kVec);
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) s[0] += kNorm == Norm::kRms ? v[u][k] * v[u][k] : v[u][k];
+      }
+    }
+  }
+  group_sum(s, buf[0]);  // also makes the kept row (and, not kept, h) visible to the whole block
+  acc_t mu = 0, rs;
+  if constexpr (kNorm == Norm::kLayer) {
+    mu = s[0] / N;
+    acc_t q[1] = {0};
+    for (int c = threadIdx.x; c < packs; c += blockDim.x) {
+      const Raw<T, kVec> v = reread(c);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) q[0] += (v[k] - mu) * (v[k] - mu);
+    }
+    group_sum(q, buf[1]);
+    rs = rsqrt_acc(q[0] / N + eps);
+  } else {
+    rs = rsqrt_acc(s[0] / N + eps);
+  }
+  for (int c = threadIdx.x; c < packs; c += blockDim.x) {
+    const Raw<T, kVec> v = reread(c);
+    Raw<T, kVec> wv, bv;
+    wv.load(w + c * kVec);
+    if constexpr (kNorm == Norm::kLayer) bv.load(b + c * kVec);
+    acc_t out[kVec];
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      out[k] = (v[k] - mu) * rs * wv[k];
+      if constexpr (kNorm == Norm::kLayer) out[k] += bv[k];
+    }
+    store_y<T, kVec>(y, row, N, c * kVec, out);
+  }
+  if (threadIdx.x == 0) {
+    if constexpr (kNorm == Norm::kLayer) mean[row] = mu;
+    rstd[row] = rs;
+  }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Backward
+// ------------------------------------------------------------------------------------------------
+
+template <typename T, int kVec, int kPacks>
+struct Row {  // this thread's share of one row of x (or h) and grad_y, and the row's mean and rstd
+  Raw<T, kVec> x[kPacks], g[kPacks];
+  Acc<T> mean = 0, rstd = 0;
+};
+
+// Whether backward_kernel loads the next row before this row's math: two rows of x and grad_y in registers.
+// Not for 4-byte types at 16 values per thread: two such rows need 64 registers, all a thread of a
+// 1024-thread block has, and spill (the values-per-thread threshold can be set at build time for tuning).
+#ifndef RMSNORM_BWD_NO_PREFETCH_FROM
+#define RMSNORM_BWD_NO_PREFETCH_FROM 16
+#endif
+template <typename T, int kValues>
+constexpr bool kPrefetch = !(sizeof(T) >= 4 && kValues >= RMSNORM_BWD_NO_PREFETCH_FROM);
+
+// The per-row sums that grad_x needs, over the row group, for kSums = 1 (RMSNorm: sum of g * xhat) or
+// 2 (LayerNorm: and sum of g).
+template <Norm kNorm>
+constexpr int kSums = kNorm == Norm::kLayer ? 2 : 1;
+
+// Persistent row groups (block b, group r: rows b * R + r, then + gridDim.x * R, ...): the next row's loads
+// are issued before this row's math. Shared memory: reduction buffers, then per group the column sums of
+// grad_w (and grad_b) for the columns its threads own, so no atomics; at the end each block adds its groups
+// in order into its row of `partials` ([kSums][gridDim.x][N]). kCluster > 1 (sm_90): a cluster of kCluster
+// blocks takes the rows one block would, block r holding slice r of the columns; the row sums meet through
+// distributed shared memory (cluster_sum), and the cluster writes one row of partial sums.
+template <typename T, Norm kNorm, int kVec, int kPacks, int kCluster = 1>
+__global__ __launch_bounds__(1024) void backward_kernel(const T* __restrict__ dy_, const T* __restrict__ dh_,
+                                                        const T* __restrict__ x_,
+                                                        const Acc<T>* __restrict__ mean,
+                                                        const Acc<T>* __restrict__ rstd,
+                                                        const T* __restrict__ w_, T* __restrict__ dx_,
+                                                        Acc<T>* __restrict__ partials, int64_t M, int N) {
+  using acc_t = Acc<T>;
+  constexpr int K = kSums<kNorm>;
+  constexpr int C = kVec * sizeof(acc_t) >= 16 ? 16 / int(sizeof(acc_t)) : kVec;  // acc values per access
+  using A = Pack<acc_t, C>;
+  extern __shared__ float4 smem_[];
+  __shared__ acc_t slots[2][32 * K];  // cluster_sum's, by parity
+  // kCluster > 1 (sm_90): the kCluster blocks of a cluster share rows, block r owning slice r of the columns
+  const int n = N / kCluster, col0 = int(blockIdx.x % kCluster) * n, G = gridDim.x / kCluster;
+  const T *x = x_ + col0, *dy = dy_ + col0, *w = w_ + col0, *dh = dh_ ? dh_ + col0 : nullptr;
+  T* dx = dx_ + col0;
+  acc_t* red = reinterpret_cast<acc_t*>(smem_);  // [2][32 warps][K]
+  acc_t* acc = red + 2 * 32 * 2 + threadIdx.y * K * n;
+  const int packs = n / kVec, R = blockDim.y;
+  const acc_t inv_n = acc_t(1) / N;
+  const auto each_pack = [&](auto&& f) {
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+      const int c = threadIdx.x + p * blockDim.x;
+      if (c < packs) f(p, c);
+    }
+  };
+  each_pack([&](int, int c) {
+#pragma unroll
+    for (int q = 0; q < K; ++q)
+#pragma unroll
+      for (int k = 0; k < kVec; k += C) reinterpret_cast<A*>(acc + q * n + c * kVec + k)[0] = A{};
+  });
+  const auto load = [&](Row<T, kVec, kPacks>& r, int64_t row) {
+    each_pack([&](int p, int c) {
+      r.x[p].load(x + row * N + c * kVec);
+      r.g[p].load(dy + row * N + c * kVec);
+    });
+    if constexpr (kNorm == Norm::kLayer) r.mean = mean[row];
+    r.rstd = rstd[row];
+  };
+  const auto process = [&](const Row<T, kVec, kPacks>& cur, int64_t row, int parity) {
+    acc_t s[K] = {};
+    if (row < M) {
+      each_pack([&](int p, int c) {
+        Raw<T, kVec> wv;
+        wv.load(w + c * kVec);
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) {
+          const acc_t g = cur.g[p][k] * wv[k];
+          s[0] += g * (cur.x[p][k] - cur.mean) * cur.rstd;
+          if constexpr (K == 2) s[1] += g;
+        }
+      });
+    }
+    group_sum(s, red + parity * 64);
+    cluster_sum<kCluster>(s, slots[parity]);
+    if (row < M) {
+      const acc_t mgx = s[0] * inv_n;
+      acc_t mg = 0;
+      if constexpr (K == 2) mg = s[1] * inv_n;
+      each_pack([&](int p, int c) {
+        Raw<T, kVec> wv, hv;
+        wv.load(w + c * kVec);
+        if (dh != nullptr) hv.load(dh + row * N + c * kVec);
+        acc_t out[kVec];
+#pragma unroll
+        for (int k0 = 0; k0 < kVec; k0 += C) {
+          A aw = reinterpret_cast<A*>(acc + c * kVec + k0)[0];
+          A ab;
+          if constexpr (K == 2) ab = reinterpret_cast<A*>(acc + n + c * kVec + k0)[0];
+#pragma unroll
+          for (int k = 0; k < C; ++k) {
+            const acc_t d = cur.g[p][k0 + k], xh = (cur.x[p][k0 + k] - cur.mean) * cur.rstd;
+            out[k0 + k] = cur.rstd * (d * wv[k0 + k] - mg - xh * mgx);
+            if (dh != nullptr) out[k0 + k] += hv[k0 + k];
+            aw.v[k] += d * xh;
+            if constexpr (K == 2) ab.v[k] += d;
+          }
+          reinterpret_cast<A*>(acc + c * kVec + k0)[0] = aw;
+          if constexpr (K == 2) reinterpret_cast<A*>(acc + n + c * kVec + k0)[0] = ab;
+        }
+        *reinterpret_cast<Pack<T, kVec>*>(dx + row * N + c * kVec) = to_pack<T>(out);
+      });
+    }
+  };
+  const int64_t step = int64_t(G) * R, first_row = blockIdx.x / kCluster * int64_t(R);
+  int64_t row = first_row + threadIdx.y;
+  int parity = 0;
+  if constexpr (kPrefetch<T, kVec * kPacks>) {
+    Row<T, kVec, kPacks> cur;
+    if (row < M) load(cur, row);
+    for (int64_t first = first_row; first < M; first += step, row += step, parity ^= 1) {
+      Row<T, kVec, kPacks> next;
+      if (row + step < M) load(next, row + step);
+      process(cur, row, parity);
+      cur = next;
+    }
+  } else {
+    for (int64_t first = first_row; first < M; first += step, row += step, parity ^= 1) {
+      Row<T, kVec, kPacks> cur;
+      if (row < M) load(cur, row);
+      process(cur, row, parity);
+    }
+  }
+  cluster_done<kCluster>();
+  __syncthreads();
+  const acc_t* all = red + 2 * 32 * 2;
+  for (int j = threadIdx.y * blockDim.x + threadIdx.x; j < n; j += blockDim.x * R) {
+#pragma unroll
+    for (int q = 0; q < K; ++q) {
+      acc_t sum = 0;
+      for (int r = 0; r < R; ++r) sum += all[r * K * n + q * n + j];
+      partials[(q * int64_t(G) + blockIdx.x / kCluster) * N + col0 + j] = sum;
+    }
+  }
+}
+
+// Long rows, first kernel: one block per row, the row sums grad_x needs (sum of g * xhat, and of g) as means,
+// into sums[row] and sums[M + row].
+template <typename T, Norm kNorm, int kVec>
+__global__ __launch_bounds__(1024) void backward_long_rows_kernel(
+    const T* __restrict__ dy, const T* __restrict__ x, const Acc<T>* __restrict__ mean,
+    const Acc<T>* __restrict__ rstd, const T* __restrict__ w, Acc<T>* __restrict__ sums, int64_t M, int N) {
+  using acc_t = Acc<T>;
+  constexpr int K = kSums<kNorm>, U = 4;
+  __shared__ acc_t buf[32 * K];
+  const int64_t row = blockIdx.x;
+  const int packs = N / kVec;
+  acc_t mu = 0;
+  if constexpr (kNorm == Norm::kLayer) mu = mean[row];
+  const acc_t rs = rstd[row];
+  acc_t s[K] = {};
+  for (int c0 = threadIdx.x; c0 < packs; c0 += U * blockDim.x) {
+    Raw<T, kVec> xv[U], gv[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int c = c0 + u * blockDim.x;
+      if (c < packs) {
+        xv[u].load(x + row * N + c * kVec);
+        gv[u].load(dy + row * N + c * kVec);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int c = c0 + u * blockDim.x;
+      if (c < packs) {
+        Raw<T, kVec> wv;
+        wv.load(w + c * kVec);
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) {
+          const acc_t g = gv[u][k] * wv[k];
+          s[0] += g * (xv[u][k] - mu) * rs;
+          if constexpr (K == 2) s[1] += g;
+        }
+      }
+    }
+  }
+  group_sum(s, buf);
+  if (threadIdx.x == 0) {
+    sums[row] = s[0] / N;
+    if constexpr (K == 2) sums[M + row] = s[1] / N;
+  }
+}
+
+// Long rows, second kernel: a tile of columns (one pack per thread) over slice blockIdx.y of the rows:
+// grad_x, and the slice's column sums in registers, written as row blockIdx.y of `partials`
+// ([K][gridDim.y][N]).
+template <typename T, Norm kNorm, int kVec>
+__global__ __launch_bounds__(256) void backward_long_cols_kernel(
+    const T* __restrict__ dy, const T* __restrict__ dh, const T* __restrict__ x,
+    const Acc<T>* __restrict__ mean, const Acc<T>* __restrict__ rstd, const T* __restrict__ w,
+    const Acc<T>* __restrict__ sums, T* __restrict__ dx, Acc<T>* __restrict__ partials, int64_t M, int N,
+    int64_t rows_per_slice) {
+  using acc_t = Acc<T>;
+  constexpr int K = kSums<kNorm>;
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= N / kVec) return;
+  const int j = c * kVec;
+  const int64_t r0 = blockIdx.y * rows_per_slice;
+  const int64_t r1 = r0 + rows_per_slice < M ? r0 + rows_per_slice : M;
+  Raw<T, kVec> wv;
+  wv.load(w + j);
+  acc_t aw[kVec] = {}, ab[kVec] = {};
+  for (int64_t r = r0; r < r1; ++r) {
+    Raw<T, kVec> xv, gv, hv;
+    xv.load(x + r * N + j);
+    gv.load(dy + r * N + j);
+    if (dh != nullptr) hv.load(dh + r * N + j);
+    acc_t mu = 0, mg = 0;
+    if constexpr (K == 2) mu = mean[r], mg = sums[M + r];
+    const acc_t rs = rstd[r], mgx = sums[r];
+    acc_t out[kVec];
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      const acc_t xh = (xv[k] - mu) * rs;
+      out[k] = rs * (gv[k] * wv[k] - mg - xh * mgx);
+      if (dh != nullptr) out[k] += hv[k];
+      aw[k] += gv[k] * xh;
+      if constexpr (K == 2) ab[k] += gv[k];
+    }
+    *reinterpret_cast<Pack<T, kVec>*>(dx + r * N + j) = to_pack<T>(out);
+  }
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) {
+    partials[blockIdx.y * int64_t(N) + j + k] = aw[k];
+    if constexpr (K == 2) partials[(gridDim.y + blockIdx.y) * int64_t(N) + j + k] = ab[k];
+  }
+}
+
+// grad_w (blockIdx.y == 0) or grad_b (1, LayerNorm): the sum of the G partial rows of each column, in row
+// order (the same bits on every run); P is T, or float for float32 parameters beside a half/bf16 x.
+template <typename T, typename P>
+__global__ void sum_partials_kernel(const Acc<T>* __restrict__ partials, int G, int N, P* __restrict__ dw,
+                                    P* __restrict__ db) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= N) return;
+  const Acc<T>* src = partials + int64_t(blockIdx.y) * G * N + j;
+  Acc<T> s[4] = {0, 0, 0, 0};
+  int g = 0;
+  for (; g + 4 <= G; g += 4)
+#pragma unroll
+    for (int k = 0; k < 4; ++k) s[k] += src[int64_t(g + k) * N];
+  for (; g < G; ++g) s[0] += src[int64_t(g) * N];
+  const Acc<T> sum = (s[0] + s[1]) + (s[2] + s[3]);
+  P* out = blockIdx.y == 0 ? dw : db;
+  if constexpr (std::is_same_v<P, T>)
+    out[j] = from_acc<T>(sum);
+  else
+    out[j] = static_cast<P>(sum);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Host side. The .cpp guarantees M > 0, 0 < N < 2^31, pointers on the current device.
+// ------------------------------------------------------------------------------------------------
+
+// kernel<<<grid, block, smem, stream>>>(args...) in clusters of `cluster` blocks along x (sm_90).
+template <typename... Params, typename... Args>
+void launch_in_clusters(void (*kernel)(Params...), int cluster, dim3 grid, dim3 block, size_t smem,
+                        cudaStream_t stream, Args... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = unsigned(cluster);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  COURSE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...));
+}
+
+// Thread block clusters: sm_90 and newer (off with -DRMSNORM_NO_CLUSTERS, to measure what they gain).
+inline bool has_clusters() {
+#ifdef RMSNORM_NO_CLUSTERS
+  return false;
+#else
+  return device_attribute<cudaDevAttrComputeCapabilityMajor>() >= 9;
+#endif
+}
+
+// forward_kernel with kPacks packs of kVec values per thread: row groups of whole warps, at least 4 warps per
+// block; false (nothing launched) where a row needs more than 1024 threads.
+template <typename T, Norm kNorm, bool kAdd, int kVec, int kPacks>
+bool launch_forward_rows(const T* x, const T* res, const T* w, const T* b, T* y, T* h, Acc<T>* mean,
+                         Acc<T>* rstd, int64_t M, int N, Acc<T> eps, cudaStream_t stream) {
+  const int threads = row_threads(N / kVec, kPacks);
+  if (threads == 0) return false;
+  const int rows = threads >= 128 ? 1 : 128 / threads;  // at least 4 warps per block
+  forward_kernel<T, kNorm, kAdd, kVec, kPacks>
+      <<<unsigned(ceil_div<int64_t>(M, rows)), dim3(threads, rows), 0, stream>>>(x, res, w, b, y, h, mean,
+                                                                                 rstd, M, N, eps);
+  COURSE_LAUNCH_CHECK();
+  return true;
+}
+
+template <typename T, Norm kNorm, bool kAdd, int kVec>
+void launch_forward_long(const T* x, const T* res, const T* w, const T* b, T* y, T* h, Acc<T>* mean,
+                         Acc<T>* rstd, int64_t M, int N, Acc<T> eps, cudaStream_t stream) {
+  const size_t bytes = size_t(N) * sizeof(T);
+  const int threads = N / kVec >= 4 * 1024 ? 1024 : 512;
+  const auto kernel = forward_long_kernel<T, kNorm, kAdd, kVec>;
+  const bool keep = bytes + 2 * 32 * sizeof(Acc<T>) <=
+                        size_t(device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>()) &&
+                    blocks_per_sm(reinterpret_cast<const void*>(kernel), threads, bytes) > 0;
+  kernel<<<unsigned(M), threads, keep ? bytes : 0, stream>>>(x, res, w, b, y, h, mean, rstd, N, eps, keep);
+  COURSE_LAUNCH_CHECK();
+}
+
+// The most values of a row one thread of forward_kernel holds: 16, or 32 (rows up to 32768 in registers);
+// longer rows take forward_long_kernel (a build-time setting, for tuning).
+#ifndef RMSNORM_FWD_MAX_VALUES
+#define RMSNORM_FWD_MAX_VALUES 32
+#endif
+constexpr int kFwdMaxValues = RMSNORM_FWD_MAX_VALUES;
+
+// The fast forward: rows in registers (16 values per thread, 32 where a row needs more than 1024 threads
+// at 16), else one block per row; one value per pack where the row is not vectorizable. (Rows over a thread
+// block cluster, as backward does, measured slower here: results/h100/rmsnorm_2026-11-26.md.)
+template <typename T, Norm kNorm, bool kAdd>
+void launch_forward(const T* x, const T* res, const T* w, const T* b, T* y, T* h, Acc<T>* mean, Acc<T>* rstd,
+                    int64_t M, int N, Acc<T> eps, cudaStream_t stream) {
+  constexpr int V = kPack16<T>, P16 = 16 / V > 0 ? 16 / V : 1;
+  if (vectorizable<T>(N, {x, res ? res : x, w, b ? b : w, y, h ? h : y})) {
+    if (launch_forward_rows<T, kNorm, kAdd, V, P16>(x, res, w, b, y, h, mean, rstd, M, N, eps, stream))
+      return;
+    if (kFwdMaxValues >= 32 &&
+        launch_forward_rows<T, kNorm, kAdd, V, 2 * P16>(x, res, w, b, y, h, mean, rstd, M, N, eps, stream))
+      return;
+    launch_forward_long<T, kNorm, kAdd, V>(x, res, w, b, y, h, mean, rstd, M, N, eps, stream);
+  } else {
+    if (launch_forward_rows<T, kNorm, kAdd, 1, 16>(x, res, w, b, y, h, mean, rstd, M, N, eps, stream)) return;
+    launch_forward_long<T, kNorm, kAdd, 1>(x, res, w, b, y, h, mean, rstd, M, N, eps, stream);
+  }
+}
+
+// How the fast backward runs. kind 1: backward_kernel, packs of kVec (vectorized) or 1, rows over `cluster`
+// blocks; 2: the long-row pair. blocks: the grid of backward_kernel, or the row slices of the long pair;
+// partial_rows(): the rows of partial sums (one per cluster).
+struct Plan {
+  int kind = 0;
+  bool vec = false;
+  int packs = 0;
+  int cluster = 1;
+  dim3 block;
+  int blocks = 0;
+  size_t smem = 0;
+  int partial_rows() const { return blocks / cluster; }
+};
+
+template <typename T, Norm kNorm, int kVec, int kPacks, int kCluster = 1>
+Plan plan_rows(int64_t M, int N, bool vec) {
+  using acc_t = Acc<T>;
+  Plan plan;
+  if (N % (kCluster * kVec) != 0) return plan;
+  const int n = N / kCluster;
+  const int threads = row_threads(n / kVec, kPacks);
+  if (threads == 0) return plan;
+  const size_t fixed = 2 * 32 * 2 * sizeof(acc_t), per_row = size_t(kSums<kNorm>) * n * sizeof(acc_t);
+  const int64_t fit =
+      (int64_t(device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>()) - int64_t(fixed)) /
+      int64_t(per_row);
+  int64_t rows = 1024 / threads;
+  rows = rows < fit ? rows : fit;
+  rows = rows < M ? rows : M;
+  if (rows < 1) return plan;
+  plan.block = dim3(threads, unsigned(rows));
+  plan.smem = fixed + rows * per_row;
+  const int per_sm =
+      blocks_per_sm(reinterpret_cast<const void*>(backward_kernel<T, kNorm, kVec, kPacks, kCluster>),
+                    threads * int(rows), plan.smem);
+  if (per_sm == 0) return plan;
+  const int64_t want = ceil_div<int64_t>(M, rows), cap = int64_t(per_sm) * num_sms() / kCluster;
+  plan.blocks = int(want < cap ? want : cap) * kCluster;
+  plan.kind = 1;
+  plan.vec = vec;
+  plan.packs = kPacks;
+  plan.cluster = kCluster;
+  return plan;
+}
+
+// Rows in registers at 8 values of x and of grad_y per thread; for float and double a row up to twice what
+// one block holds that way over a cluster of 2 blocks (sm_90); else 16 values per thread; else the long-row
+// pair, over about 4 column tiles' worth of blocks per SM. (Clusters of 4 and 8, and clusters for 2-byte
+// types, measured slower than the alternatives on the H100: results/h100/rmsnorm_2026-11-26.md.)
+template <typename T, Norm kNorm>
+Plan plan_backward(const T* dy, const T* dh, const T* x, const T* w, const T* dx, int64_t M, int N) {
+  constexpr int V = kPack16<T>, P8 = 8 / V > 0 ? 8 / V : 1;
+  const bool vec = vectorizable<T>(N, {dy, dh ? dh : dy, x, w, dx});
+  Plan plan;
+  if (vec) {
+    plan = plan_rows<T, kNorm, V, P8>(M, N, true);
+    if constexpr (sizeof(T) >= 4)
+      if (plan.kind == 0 && has_clusters()) plan = plan_rows<T, kNorm, V, P8, 2>(M, N, true);
+    if (plan.kind == 0) plan = plan_rows<T, kNorm, V, 2 * P8>(M, N, true);
+  } else {
+    plan = plan_rows<T, kNorm, 1, 8>(M, N, false);
+  }
+  if (plan.kind == 0) {
+    plan.kind = 2;
+    plan.vec = vec;
+    const int64_t tiles = ceil_div<int64_t>(N / (vec ? V : 1), 256);
+    const int64_t slices = ceil_div<int64_t>(int64_t(num_sms()) * 4, tiles);
+    plan.blocks = int(slices < M ? slices : M);
+  }
+  return plan;
+}
+
+// Acc<T> values of scratch the fast backward needs: the partial rows, and (long rows) the row sums.
+template <typename T, Norm kNorm>
+int64_t backward_workspace(const T* dy, const T* dh, const T* x, const T* w, const T* dx, int64_t M, int N) {
+  const Plan plan = plan_backward<T, kNorm>(dy, dh, x, w, dx, M, N);
+  return int64_t(kSums<kNorm>) * plan.partial_rows() * N + (plan.kind == 2 ? kSums<kNorm> * M : 0);
+}
+
+template <typename T, Norm kNorm, typename P>
+void launch_backward(const T* dy, const T* dh, const T* x, const Acc<T>* mean, const Acc<T>* rstd, const T* w,
+                     T* dx, P* dw, P* db, Acc<T>* workspace, int64_t M, int N, cudaStream_t stream) {
+  constexpr int V = kPack16<T>, P8 = 8 / V > 0 ? 8 / V : 1;
+  const Plan plan = plan_backward<T, kNorm>(dy, dh, x, w, dx, M, N);
+  if (plan.kind == 1) {
+    const auto go = [&](auto kernel) {
+      if (plan.cluster > 1)
+        launch_in_clusters(kernel, plan.cluster, dim3(plan.blocks), plan.block, plan.smem, stream, dy, dh, x,
+                           mean, rstd, w, dx, workspace, M, N);
+      else
+        kernel<<<plan.blocks, plan.block, plan.smem, stream>>>(dy, dh, x, mean, rstd, w, dx, workspace, M, N);
+    };
+    if (!plan.vec)
+      go(backward_kernel<T, kNorm, 1, 8>);
+    else if (plan.cluster == 2 && sizeof(T) >= 4)
+      go(backward_kernel < T, kNorm, V, P8, sizeof(T) >= 4 ? 2 : 1 >);
+    else if (plan.packs == P8)
+      go(backward_kernel<T, kNorm, V, P8>);
+    else
+      go(backward_kernel<T, kNorm, V, 2 * P8>);
+  } else {
+    Acc<T>* sums = workspace + int64_t(kSums<kNorm>) * plan.blocks * N;
+    const int64_t per_slice = ceil_div<int64_t>(M, plan.blocks);
+    const auto go = [&](auto rows_kernel, auto cols_kernel, int vec) {
+      rows_kernel<<<unsigned(M), 1024, 0, stream>>>(dy, x, mean, rstd, w, sums, M, N);
+      COURSE_LAUNCH_CHECK();
+      const dim3 grid(unsigned(ceil_div(N / vec, 256)), unsigned(plan.blocks));
+      cols_kernel<<<grid, 256, 0, stream>>>(dy, dh, x, mean, rstd, w, sums, dx, workspace, M, N, per_slice);
+    };
+    if (plan.vec)
+      go(backward_long_rows_kernel<T, kNorm, V>, backward_long_cols_kernel<T, kNorm, V>, V);
+    else
+      go(backward_long_rows_kernel<T, kNorm, 1>, backward_long_cols_kernel<T, kNorm, 1>, 1);
+  }
+  COURSE_LAUNCH_CHECK();
+  sum_partials_kernel<T, P><<<dim3(unsigned(ceil_div(N, 256)), unsigned(kSums<kNorm>)), 256, 0, stream>>>(
+      workspace, plan.partial_rows(), N, dw, db);
+  COURSE_LAUNCH_CHECK();
+}
+
+}  // namespace rmsnorm
