@@ -30,8 +30,10 @@ import torch
 import torch.nn.functional as F
 
 from helpers.ops import add_norm as an
+from helpers.ops import dropout as dr
 from helpers.ops import fused_bias_relu as fbr
 from helpers.ops import layernorm as ln
+from helpers.ops import norm_dropout as ndr
 from helpers.ops import polynomial as poly
 from helpers.ops import rmsnorm as rms
 
@@ -621,7 +623,136 @@ ADD_NORM = Op(
     ],
 )
 
-OPS = {op.name: op for op in (POLYNOMIAL, FUSED_BIAS_RELU, LAYERNORM, RMSNORM, ADD_NORM)}
+
+def _seeded(device, seed: int = 11) -> torch.Generator:
+    """A generator seeded afresh: the op and its reference draw the same mask (it depends only on the seed
+    and offset, not on the dtype), and every call of a gradcheck draws it again."""
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+DROPOUT_P = 0.3
+
+
+def _dropout_mask_of(x):
+    """The mask course::dropout draws for x's shape from _seeded's state (it depends on the seed, the offset
+    and the element's index only): where it keeps a tensor of ones. Philox itself is checked against
+    Random123's known answers in tests/test_dropout.py."""
+    return course_op("dropout")(torch.ones_like(x, requires_grad=False), DROPOUT_P, True, _seeded(x.device))[0] != 0
+
+
+DROPOUT = Op(
+    name="dropout",
+    variants={
+        "public": lambda ext: lambda x: dr.dropout(x, DROPOUT_P, generator=_seeded(x.device)),
+        "torch_ops": lambda ext: lambda x: course_op("dropout")(x, DROPOUT_P, True, _seeded(x.device))[0],
+    },
+    reference=lambda x: dr.expected(x, _dropout_mask_of(x.detach()), DROPOUT_P),
+    samples=lambda t, nd: [[t(7)], [t(3, 130)], [t(5, 64)], [t(2, 3, 33)]],
+    empty=lambda t: [[t(0, 5)], [t(2, 0, 7)]],
+    bad=[
+        Bad(
+            "x_dtype",
+            lambda ext, d: dr.dropout(_ones(2, 4, device=d, dtype=torch.int32), 0.5),
+            TypeError,
+            lambda d: must_be_floating("x", torch.int32),
+        ),
+        Bad(
+            "p",
+            lambda ext, d: dr.dropout(_ones(2, 4, device=d), 1.5),
+            ValueError,
+            lambda d: "p (the probability of zeroing an element) must be between 0 and 1, got 1.5",
+        ),
+        Bad(
+            "p_nan",
+            lambda ext, d: dr.dropout(_ones(2, 4, device=d), float("nan")),
+            ValueError,
+            lambda d: "p (the probability of zeroing an element) must be between 0 and 1, got nan",
+        ),
+    ],
+)
+
+NORM_DROPOUT_P = 0.3
+
+NORM_DROPOUT = Op(
+    name="norm_dropout",
+    variants={
+        "public": lambda ext: (
+            lambda x, w, eps: ndr.rms_norm_dropout(x, x.shape[-1:], w, eps, NORM_DROPOUT_P, generator=_seeded(x.device))
+        ),
+        "torch_ops": lambda ext: (
+            lambda x, w, eps: course_op("rms_norm_dropout")(
+                x, [x.shape[-1]], w, eps, NORM_DROPOUT_P, True, _seeded(x.device)
+            )[0]
+        ),
+    },
+    # native's RMSNorm in float64, then course::dropout's mask from the same generator state
+    reference=lambda x, w, eps: course_op("dropout")(
+        rms.reference(x, x.shape[-1:], w, eps), NORM_DROPOUT_P, True, _seeded(x.device)
+    )[0],
+    samples=lambda t, nd: [
+        [t(4, 3), t(3), EPS],
+        [t(2, 3, 33), nd(33), None],
+        [nd(5, 64), t(64), 1e-3],
+        [t(3, 130), None, EPS],
+    ],
+    empty=lambda t: [[t(0, 5), t(5), EPS], [t(2, 0, 7), t(7), None]],
+    bad=[
+        Bad(
+            "x_dtype",
+            lambda ext, d: ndr.rms_norm_dropout(_ones(2, 4, device=d, dtype=torch.int32), 4, _ones(4, device=d)),
+            TypeError,
+            lambda d: must_be_floating("x", torch.int32),
+        ),
+        Bad(
+            "p",
+            lambda ext, d: ndr.rms_norm_dropout(_ones(2, 4, device=d), 4, None, None, 1.5),
+            ValueError,
+            lambda d: "p (the probability of zeroing an element) must be between 0 and 1, got 1.5",
+        ),
+        Bad(
+            "weight_shape",
+            lambda ext, d: ndr.rms_norm_dropout(_ones(2, 4, device=d), 4, _ones(5, device=d)),
+            ValueError,
+            lambda d: must_have_shape("weight", [4], [5]),
+        ),
+        Bad(
+            "weight_device",
+            lambda ext, d: ndr.rms_norm_dropout(_ones(2, 4, device=d), 4, _ones(4, device=other_device(d))),
+            RuntimeError,
+            lambda d: must_be_on_device_of("weight", "x", _x_device(d), other_device(d)),
+        ),
+        Bad(
+            "version",
+            lambda ext, d: ext.forward(_ones(2, 4, device=d), None, None, 0.5, True, 2),
+            ValueError,
+            lambda d: version_between(1, 2),
+        ),
+        Bad(
+            "backward_rng_state_dtype",
+            lambda ext, d: ext.backward(
+                _ones(2, 4, device=d), _ones(2, 4, device=d), _ones(2, device=d), None, _ones(2, device=d), 0.5
+            ),
+            TypeError,
+            lambda d: "rng_state must be int64 (the seed and offset that course::dropout returned), got Float",
+        ),
+        Bad(
+            "backward_version",
+            lambda ext, d: ext.backward(
+                _ones(2, 4, device=d),
+                _ones(2, 4, device=d),
+                _ones(2, device=d),
+                None,
+                _ones(2, device=d, dtype=torch.int64),
+                0.5,
+                3,
+            ),
+            ValueError,
+            lambda d: version_between(2, 3),
+        ),
+    ],
+)
+
+OPS = {op.name: op for op in (POLYNOMIAL, FUSED_BIAS_RELU, LAYERNORM, RMSNORM, ADD_NORM, DROPOUT, NORM_DROPOUT)}
 
 
 def sample_inputs(op: str, device, requires_grad: bool = False, dtype=torch.float32, seed: int = 0) -> list[list]:
@@ -768,6 +899,19 @@ def _dropout_backward(t):  # grad_y, rng_state, p: the state a forward call drew
     return out
 
 
+def _rms_norm_dropout(t):  # x, normalized_shape, weight, eps, p, train: as _rms_norm's, and p = 1, eval mode
+    return [
+        [t(4, 3), [3], t(3), EPS, 0.5, True],
+        [t(2, 3, 33), [33], t(33, nc=True), None, 0.25, True],
+        [t(5, 64, nc=True), [64], None, 1e-3, 0.9, True],  # no weight
+        [t(3, 40), [40], t(40, dtype=HALF_PARAMS), EPS, 0.5, True],  # a float32 weight
+        [t(2, 0, 7), [7], t(7), None, 0.5, True],
+        [t(2, 3, 4), [3, 4], t(3, 4), None, 0.1, True],  # over two trailing dimensions
+        [t(4, 7), [7], t(7), EPS, 1.0, True],
+        [t(5, 6), [6], t(6), EPS, 0.5, False],
+    ]
+
+
 def _layer_norm_backward(t):  # grad_y, x, normalized_shape, mean, rstd, weight, bias, output_mask
     out = []
     for i, (x, shape, w, b, eps) in enumerate(_layer_norm(t)):
@@ -877,6 +1021,8 @@ LIBRARY_OPS = {
         # autocast and CUDA graph tests, which must compare masks drawn afresh (no `public` here).
         LibraryOp("dropout", "dropout", _dropout, (0,)),
         LibraryOp("dropout_backward", "dropout", _dropout_backward),
+        # Random, as course::dropout: tests/test_norm_dropout.py has its compile and CUDA graph tests.
+        LibraryOp("rms_norm_dropout", "norm_dropout", _rms_norm_dropout, (0, 2)),
     )
 }
 
