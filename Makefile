@@ -1,5 +1,6 @@
 # make lab        set up (first time) and open JupyterLab at notebooks/
-# make test       set up (first time) and run every test (no GPU needed)
+# make test       set up (first time) and run every test (no GPU needed), in TEST_JOBS processes (default 2;
+#                 TEST_JOBS=0 runs them in this one)
 # make test-gpu   on a GPU machine: tests, notebooks and benchmarks on the GPU, results into $(OUT)
 #                 (PY=python3 uses an existing interpreter and installs nothing)
 # make format     ruff format + clang-format;  make strip  removes notebook outputs
@@ -8,6 +9,7 @@
 VENV ?= .venv
 PY ?= $(VENV)/bin/python
 OUT ?= out
+TEST_JOBS ?= 2
 SETUP := $(if $(filter $(VENV)/%,$(PY)),$(VENV)/.ready)
 PIP_QUIET := 2>&1 | grep -v -e "is ignored" -e "^$$" || true
 
@@ -27,8 +29,11 @@ lab: $(SETUP)
 	$(PY) -m ipykernel install --sys-prefix --name cuda-course --display-name "CUDA course ($(notdir $(PY)))"
 	$(PY) -m jupyter lab --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
 
+# A file's tests stay in one process (--dist loadfile): the loader's tests build on each other. The builds
+# are safe in parallel (the loader locks its cache), and 2 processes keep 2 cores busy while one of them
+# is in Python (opcheck, torch.compile, a notebook's kernel) rather than in the compiler.
 test: $(SETUP)
-	$(PY) -m pytest
+	$(PY) -m pytest $(if $(filter-out 0,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadfile)
 
 # On the GPU machine the parts run one at a time too (each fits a 10-minute call):
 #   test-gpu-unit   every test but the notebooks (XDIST="-n 8 --dist loadfile" where pytest-xdist is
@@ -39,12 +44,12 @@ test-gpu: test-gpu-unit test-gpu-nb test-gpu-times
 
 test-gpu-unit: $(SETUP)
 	mkdir -p $(OUT)
-	$(PY) -m pytest -q -p no:cacheprovider $(XDIST) --ignore=tests/test_notebooks.py > $(OUT)/pytest.log 2>&1; \
+	$(PY) -m pytest -q -p no:cacheprovider $(XDIST) --ignore=tests/test_notebooks.py --ignore=tests/test_notebooks_learner.py > $(OUT)/pytest.log 2>&1; \
 	  rc=$$?; grep -E "^(FAILED|ERROR)" $(OUT)/pytest.log | head -n 30; tail -n 2 $(OUT)/pytest.log; exit $$rc
 
 test-gpu-nb: $(SETUP)
 	mkdir -p $(OUT)
-	COURSE_NB_OUT=$(OUT) $(PY) -m pytest -q -p no:cacheprovider $(XDIST) tests/test_notebooks.py > $(OUT)/notebooks.log 2>&1; \
+	COURSE_NB_OUT=$(OUT) $(PY) -m pytest -q -p no:cacheprovider $(XDIST) tests/test_notebooks.py tests/test_notebooks_learner.py > $(OUT)/notebooks.log 2>&1; \
 	  rc=$$?; grep -E "^(FAILED|ERROR)" $(OUT)/notebooks.log | head -n 30; tail -n 2 $(OUT)/notebooks.log; exit $$rc
 
 test-gpu-times: $(SETUP)
