@@ -33,10 +33,12 @@
 #include <type_traits>
 #include <vector>
 
+#include "blocked_sum.h"
 #include "checks.h"
 #include "layernorm_choices.h"
 #include "layernorm_cpu.h"
 #include "library.h"
+#include "norm_ops.h"
 
 #ifdef WITH_CUDA
 #include <map>
@@ -47,25 +49,8 @@
 
 namespace {
 
-// Two passes over the row: the mean, then the mean of squared deviations (see the exercise header). Each
-// sum uses 8 independent accumulators (the compiler keeps them in one SIMD register) over blocks of 512
-// values, and then adds the blocks: faster than one running sum, and the rounding error
-// grows like 64 + n/512 rather than n, which matters for rows of 65536 floats or with a large mean.
-template <typename acc_t, typename F>
-acc_t blocked_sum(int64_t n, F&& value) {
-  acc_t total = 0;
-  for (int64_t j0 = 0; j0 < n; j0 += 512) {
-    const int64_t end = std::min(n, j0 + 512);
-    acc_t lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int64_t j = j0;
-    for (; j + 8 <= end; j += 8)
-      for (int k = 0; k < 8; ++k) lanes[k] += value(j + k);
-    for (; j < end; ++j) lanes[0] += value(j);
-    for (int k = 0; k < 8; ++k) total += lanes[k];
-  }
-  return total;
-}
-
+// Two passes over the row: the mean, then the mean of squared deviations (see the exercise header), each
+// a blocked_sum (kernels/blocked_sum.h).
 template <typename T, typename acc_t>
 void row_stats(const T* x, int64_t n, acc_t eps, acc_t* mean, acc_t* rstd) {
   const acc_t mu = blocked_sum<acc_t>(n, [&](int64_t j) { return static_cast<acc_t>(x[j]); }) / n;
@@ -197,84 +182,16 @@ void backward_cpu(const T* dy, const T* x, const acc_t* mean, const acc_t* rstd,
 // Input checks
 // ---------------------------------------------------------------------------------------------------
 
-const char* dtype_name(at::ScalarType s) {
-  switch (s) {
-    case at::kFloat:
-      return "float32";
-    case at::kDouble:
-      return "float64";
-    case at::kHalf:
-      return "float16";
-    case at::kBFloat16:
-      return "bfloat16";
-    default:
-      return c10::toString(s);
-  }
-}
+using norm_ops::check_eps;
+using norm_ops::check_stats;
+using norm_ops::check_x;
+using norm_ops::defined;
 
-// x is [..., *normalized_shape] with at least one element per row; returns N, the row length (the product
-// of normalized_shape). The lessons' calls (normalized_shape = [x.size(-1)]) keep their messages.
-int64_t check_x(const at::Tensor& x, at::IntArrayRef normalized_shape) {
-  check_floating(x, "x");
-  check_cuda_built(x, "x");
-  TORCH_CHECK_VALUE(x.dim() >= 1, "x must have at least one dimension (the one normalized), got a scalar");
-  const int64_t k = int64_t(normalized_shape.size());
-  TORCH_CHECK_VALUE(k >= 1, "normalized_shape must have at least one dimension, got []");
-  TORCH_CHECK_VALUE(x.dim() >= k && x.sizes().slice(x.dim() - k) == normalized_shape,
-                    "x's last dimensions must be normalized_shape ", shape_str(normalized_shape),
-                    ", got x of shape ", shape_str(x.sizes()));
-  int64_t N = 1;
-  for (const int64_t n : normalized_shape) N *= n;
-  if (k == 1) {
-    TORCH_CHECK_VALUE(N >= 1, "x's last dimension (the normalized size N) must be at least 1, got ",
-                      shape_str(x.sizes()));
-  } else {
-    TORCH_CHECK_VALUE(N >= 1, "normalized_shape ", shape_str(normalized_shape),
-                      " must have at least one element (the normalized size N), got x of shape ",
-                      shape_str(x.sizes()));
-  }
-  TORCH_CHECK_VALUE(N <= INT_MAX, "the normalized size N (the product of normalized_shape ",
-                    shape_str(normalized_shape), ") must be below 2^31, got ", std::to_string(N));
-  return N;
-}
-
-// weight and bias (where given) have shape normalized_shape and x's device. Their dtype is x's, or, for a
-// float16/bfloat16 x, float32 for both (what native layer_norm allows: the "mixed" case, computed in float
-// with float32 gradients). Returns the parameters' dtype (x's where neither is given).
+// weight and bias (where given): kernels/norm_ops.h's rule, native layer_norm's (x's dtype, or float32 for
+// both beside a float16/bfloat16 x). Returns the parameters' dtype (x's where neither is given).
 at::ScalarType check_params(const at::Tensor& x, at::IntArrayRef normalized_shape,
                             const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias) {
-  const bool reduced = x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16;
-  std::optional<at::ScalarType> dtype;
-  for (const auto& [p, name] : {std::pair{&weight, "weight"}, std::pair{&bias, "bias"}}) {
-    if (!p->has_value() || !(*p)->defined()) continue;
-    const at::Tensor& t = **p;
-    check_floating(t, name);
-    check_same_device(t, name, x, "x");
-    if (!reduced) check_same_dtype(t, name, x, "x");
-    TORCH_CHECK_TYPE(!reduced || t.scalar_type() == x.scalar_type() || t.scalar_type() == at::kFloat, name,
-                     " must have the dtype of x (", x.scalar_type(), ") or be float32 (Float), got ",
-                     t.scalar_type());
-    TORCH_CHECK_TYPE(!dtype || *dtype == t.scalar_type(), "weight and bias must have the same dtype (both ",
-                     x.scalar_type(), " like x, or both Float), got weight ", *dtype, " and bias ",
-                     t.scalar_type());
-    check_shape(t, name, normalized_shape);
-    dtype = t.scalar_type();
-  }
-  return dtype.value_or(x.scalar_type());
-}
-
-void check_eps(double eps) {
-  TORCH_CHECK_VALUE(std::isfinite(eps) && eps >= 0, "eps must be a finite number >= 0, got ",
-                    std::to_string(eps));
-}
-
-void check_stats(const at::Tensor& t, const char* name, const at::Tensor& x, at::IntArrayRef leading) {
-  TORCH_CHECK_VALUE(t.defined(), name, " must be a tensor, got None");
-  check_same_device(t, name, x, "x");
-  TORCH_CHECK_TYPE(t.scalar_type() == acc_dtype(x), name, " must be ", dtype_name(acc_dtype(x)),
-                   " (what forward returns for a ", dtype_name(x.scalar_type()), " x), got ",
-                   dtype_name(t.scalar_type()));
-  check_shape(t, name, leading);
+  return norm_ops::check_params(x, normalized_shape, {{&weight, "weight"}, {&bias, "bias"}});
 }
 
 // Python's `kernel` name as the enum of layernorm_choices.h: one of `names`, and other than "auto" only
@@ -289,49 +206,17 @@ Kernel kernel_named(const std::string& name, const std::pair<Kernel, const char*
   return kernel;
 }
 
-bool defined(const std::optional<at::Tensor>& t) { return t.has_value() && t->defined(); }
-
 // ---------------------------------------------------------------------------------------------------
 // Parameters as the kernels take them: [N] contiguous pointers.
 // ---------------------------------------------------------------------------------------------------
 
-// On the CPU: the tensor's data, or (None) a row of ones or zeros in `fill`; P is the parameters' type.
-template <typename P>
-const P* cpu_param(const std::optional<at::Tensor>& p, int64_t N, float value, at::Tensor& keep,
-                   std::vector<P>& fill) {
-  if (!defined(p)) {
-    fill.assign(N, static_cast<P>(value));
-    return fill.data();
-  }
-  keep = p->contiguous();
-  return keep.data_ptr<P>();
-}
+// On the CPU the parameter's data, or (None) a row of ones or zeros; on the GPU a contiguous [N] tensor of
+// x's dtype (a float32 parameter of a mixed call cast to it), or a kept row of ones or zeros: the CUDA
+// kernels read weight and bias in their innermost loops, and a row costs less than a null check in each.
+using norm_ops::cpu_param;
 
 #ifdef WITH_CUDA
-// The CUDA kernels take weight and bias as x's dtype, and read them in their innermost loops (16-byte
-// packs, the registers of each kernel tuned): rather than a null check in six kernels, a None weight or
-// bias becomes a row of ones or zeros of x's dtype, made once per device, dtype, N and value and kept.
-// Never made while a CUDA graph is being captured (the fill would only run when the graph replays): then
-// a new one, which the graph owns, each time. The map is never destroyed (its tensors would be freed after
-// the CUDA runtime shut down at exit).
-at::Tensor constant_row(const at::Tensor& x, int64_t N, int value) {
-  const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(x.device().index());
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  COURSE_CUDA_CHECK(cudaStreamIsCapturing(stream.stream(), &capture));
-  const auto make = [&] { return at::full({N}, value, x.options()); };
-  if (capture != cudaStreamCaptureStatusNone) return make();
-  using Key = std::tuple<int, int, int64_t, int>;
-  static std::mutex mutex;
-  static auto* rows = new std::map<Key, at::Tensor>();
-  const Key key{int(x.device().index()), int(x.scalar_type()), N, value};
-  const std::lock_guard<std::mutex> lock(mutex);
-  auto it = rows->find(key);
-  if (it != rows->end()) return it->second;
-  at::Tensor row = make();
-  stream.synchronize();  // filled before any other stream reads it
-  rows->emplace(key, row);
-  return row;
-}
+using norm_ops::cuda_param;
 
 // Backward v2's workspace (the blocks' partial column sums), kept per device, stream and dtype and reused by
 // the next call on that stream: work on one stream runs in order, so a later call cannot overwrite partial
@@ -339,7 +224,7 @@ at::Tensor constant_row(const at::Tensor& x, int64_t N, int value) {
 // microseconds of CPU, and at small shapes the step's CPU time is its time: benchmarks/profile_step.py).
 // Only small workspaces are kept (at most kKeptWorkspaceBytes; a larger one belongs to a step whose kernels
 // take far longer than an allocation), and none while a CUDA graph is being captured (the graph's own pool
-// must own what it uses). Like constant_row's map, never destroyed.
+// must own what it uses). Like kernels/norm_ops.h's constant_row map, never destroyed.
 constexpr int64_t kKeptWorkspaceBytes = 8 << 20;
 
 at::Tensor backward_workspace(const at::Tensor& x, int64_t numel, at::ScalarType acc_type) {
@@ -360,12 +245,6 @@ at::Tensor backward_workspace(const at::Tensor& x, int64_t numel, at::ScalarType
   return buffer;
 }
 
-// On the GPU: the parameter as a contiguous [N] tensor of x's dtype (a float32 one of a mixed call cast to
-// it), or (None) the row of ones or zeros.
-at::Tensor cuda_param(const std::optional<at::Tensor>& p, const at::Tensor& x, int64_t N, int value) {
-  if (!defined(p)) return constant_row(x, N, value);
-  return p->scalar_type() == x.scalar_type() ? p->contiguous() : p->to(x.scalar_type()).contiguous();
-}
 #endif
 
 // ---------------------------------------------------------------------------------------------------

@@ -54,6 +54,17 @@ struct Raw {
       w[0] = *reinterpret_cast<const unsigned short*>(p);
     }
   }
+  __device__ __forceinline__ void store(T* p) const {  // the bytes back as they were loaded, one access
+    if constexpr (kBytes == 16) {
+      *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+    } else if constexpr (kBytes == 8) {
+      *reinterpret_cast<uint2*>(p) = make_uint2(w[0], w[1]);
+    } else if constexpr (kBytes == 4) {
+      *reinterpret_cast<uint32_t*>(p) = w[0];
+    } else {
+      *reinterpret_cast<unsigned short*>(p) = static_cast<unsigned short>(w[0]);
+    }
+  }
   __device__ __forceinline__ Acc<T> operator[](int k) const {  // value k, converted to Acc<T>
     if constexpr (std::is_same_v<T, float>) {
       return __uint_as_float(w[k]);

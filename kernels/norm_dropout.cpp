@@ -31,7 +31,7 @@
 // by that rounding. It becomes the op's backward once a GPU run has shown it correct and faster.
 //
 // x is [..., *normalized_shape]; weight has shape normalized_shape and x's dtype, float32 beside a
-// float16/bfloat16 x, or is None; eps None is native rms_norm's (kernels/rmsnorm_ops.h, whose checks and
+// float16/bfloat16 x, or is None; eps None is native rms_norm's (kernels/norm_ops.h, whose checks and
 // words these are). helpers/ops/norm_dropout.py registers the fake kernel and has the public call and
 // nn.Module.
 #include <ATen/Parallel.h>
@@ -46,9 +46,9 @@
 
 #include "dropout_rng.h"  // check_dropout_p, check_generator, draw_rng_state
 #include "library.h"
+#include "norm_ops.h"  // check_x, check_params, default_eps, check_eps, cpu_param, cuda_param
 #include "philox.cuh"
-#include "rmsnorm_cpu.h"  // norm_cpu::blocked_sum: course::rms_norm's CPU row sum, so rstd has its bits
-#include "rmsnorm_ops.h"  // check_x, check_params, default_eps, check_eps, cpu_param, cuda_param
+#include "rmsnorm_cpu.h"  // and blocked_sum (kernels/blocked_sum.h): course::rms_norm's CPU row sum, so rstd has its bits
 
 #ifdef WITH_CUDA
 #include "norm_dropout.h"
@@ -81,7 +81,7 @@ void forward_cpu(const T* x, const P* w, T* y, acc_t* rstd, int64_t M, int64_t N
   at::parallel_for(0, M, std::max<int64_t>(1, 32768 / N), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const T* xr = x + r * N;
-      const acc_t sq = norm_cpu::blocked_sum<acc_t>(N, [&](int64_t j) {
+      const acc_t sq = blocked_sum<acc_t>(N, [&](int64_t j) {
         const acc_t v = static_cast<acc_t>(xr[j]);
         return v * v;
       });
@@ -128,12 +128,12 @@ void backward_cpu(const T* dy, const T* x, const acc_t* rstd, const P* w, T* dx,
         }
         const T* xr = x + r * N;
         const acc_t rs = rstd[r];
-        const acc_t mgx = norm_cpu::blocked_sum<acc_t>(N,
-                                                       [&](int64_t j) {
-                                                         return g[j] * static_cast<acc_t>(w[j]) *
-                                                                (static_cast<acc_t>(xr[j]) * rs);
-                                                       }) /
-                          N;
+        const acc_t mgx =
+            blocked_sum<acc_t>(N,
+                               [&](int64_t j) {
+                                 return g[j] * static_cast<acc_t>(w[j]) * (static_cast<acc_t>(xr[j]) * rs);
+                               }) /
+            N;
         for (int64_t j = 0; j < N; ++j) {
           const acc_t xh = static_cast<acc_t>(xr[j]) * rs;
           dx[r * N + j] = static_cast<T>(rs * (g[j] * static_cast<acc_t>(w[j]) - xh * mgx));

@@ -66,20 +66,6 @@ __device__ __forceinline__ void store_dropped(T* __restrict__ y, int64_t row, in
   *reinterpret_cast<Pack<T, kVec>*>(y + row * N + j) = to_pack<T>(out);
 }
 
-// A Raw's bytes stored as they were loaded (one access of the full width).
-template <typename T, int kVec>
-__device__ __forceinline__ void store_raw(const Raw<T, kVec>& r, T* p) {
-  if constexpr (Raw<T, kVec>::kBytes == 16) {
-    *reinterpret_cast<uint4*>(p) = make_uint4(r.w[0], r.w[1], r.w[2], r.w[3]);
-  } else if constexpr (Raw<T, kVec>::kBytes == 8) {
-    *reinterpret_cast<uint2*>(p) = make_uint2(r.w[0], r.w[1]);
-  } else if constexpr (Raw<T, kVec>::kBytes == 4) {
-    *reinterpret_cast<uint32_t*>(p) = r.w[0];
-  } else {
-    *reinterpret_cast<unsigned short*>(p) = static_cast<unsigned short>(r.w[0]);
-  }
-}
-
 __device__ __forceinline__ void write_state(int64_t* state_out, uint64_t seed, uint64_t offset) {
   if (state_out != nullptr && blockIdx.x == 0 && threadIdx.x == 0 && threadIdx.y == 0) {
     state_out[0] = static_cast<int64_t>(seed);
@@ -170,7 +156,7 @@ __global__ __launch_bounds__(1024) void forward_long_kernel(const T* __restrict_
     for (int u = 0; u < U; ++u) {
       const int c = c0 + u * blockDim.x;
       if (c < packs) {
-        if (keep) store_raw<T, kVec>(v[u], kept + c * kVec);
+        if (keep) v[u].store(kept + c * kVec);
 #pragma unroll
         for (int k = 0; k < kVec; ++k) s[0] += v[u][k] * v[u][k];
       }

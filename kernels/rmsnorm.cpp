@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "library.h"
+#include "norm_ops.h"
 #include "rmsnorm_cpu.h"
-#include "rmsnorm_ops.h"
 
 #ifdef WITH_CUDA
 #include "rmsnorm.h"

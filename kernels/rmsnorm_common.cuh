@@ -58,19 +58,6 @@ __device__ __forceinline__ Raw<T, kVec> as_raw(const Pack<T, kVec>& p) {
   return r;
 }
 
-template <typename T, int kVec>
-__device__ __forceinline__ void store_raw(const Raw<T, kVec>& r, T* p) {
-  if constexpr (Raw<T, kVec>::kBytes == 16) {
-    *reinterpret_cast<uint4*>(p) = make_uint4(r.w[0], r.w[1], r.w[2], r.w[3]);
-  } else if constexpr (Raw<T, kVec>::kBytes == 8) {
-    *reinterpret_cast<uint2*>(p) = make_uint2(r.w[0], r.w[1]);
-  } else if constexpr (Raw<T, kVec>::kBytes == 4) {
-    *reinterpret_cast<uint32_t*>(p) = r.w[0];
-  } else {
-    *reinterpret_cast<unsigned short*>(p) = static_cast<unsigned short>(r.w[0]);
-  }
-}
-
 // The pack at offset `off` of the norm's input: x, or (kAdd) h = x + residual, rounded to T as an eager
 // `x + residual` rounds it, written to h, and normalized as rounded.
 template <typename T, int kVec, bool kAdd>
@@ -232,7 +219,7 @@ __global__ __launch_bounds__(1024) void forward_long_kernel(
     for (int u = 0; u < U; ++u) {
       const int c = c0 + u * blockDim.x;
       if (c < packs) {
-        if (keep) store_raw<T, kVec>(v[u], kept + c * kVec);
+        if (keep) v[u].store(kept + c * kVec);
 #pragma unroll
         for (int k = 0; k < kVec; ++k) s[0] += kNorm == Norm::kRms ? v[u][k] * v[u][k] : v[u][k];
       }

@@ -14,26 +14,11 @@
 #include <cstdint>
 #include <vector>
 
+#include "blocked_sum.h"
+
 namespace norm_cpu {
 
 enum class Norm { kRms, kLayer };
-
-// A row sum in blocks of 512 with 8 independent accumulators (one SIMD register), then the blocks added:
-// faster than one running sum, and the rounding error grows like 64 + n/512 rather than n.
-template <typename acc_t, typename F>
-acc_t blocked_sum(int64_t n, F&& value) {
-  acc_t total = 0;
-  for (int64_t j0 = 0; j0 < n; j0 += 512) {
-    const int64_t end = std::min(n, j0 + 512);
-    acc_t lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int64_t j = j0;
-    for (; j + 8 <= end; j += 8)
-      for (int k = 0; k < 8; ++k) lanes[k] += value(j + k);
-    for (; j < end; ++j) lanes[0] += value(j);
-    for (int k = 0; k < 8; ++k) total += lanes[k];
-  }
-  return total;
-}
 
 // h = x + residual rounded to T (as an eager add rounds it), and the norm of the rounded h. RMSNorm: rstd =
 // 1 / sqrt(mean(x^2) + eps); LayerNorm: the mean, then the mean of squared deviations (two passes).

@@ -460,9 +460,7 @@ RMSNORM = Op(
             "x_rows_of_zero",
             lambda ext, d: rms.rms_norm(_ones(3, 0, device=d), 0, None, ext=ext),
             ValueError,
-            lambda d: (
-                "normalized_shape [0] must have at least one element (the normalized size N), got x of shape [3, 0]"
-            ),
+            lambda d: "x's last dimension (the normalized size N) must be at least 1, got [3, 0]",
         ),
         Bad(
             "x_scalar",

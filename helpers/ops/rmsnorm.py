@@ -33,7 +33,7 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def check_shapes(x, normalized_shape, params) -> None:
-    """The shape and device rules of kernels/rmsnorm_ops.h, for the fakes (sizes only, no data)."""
+    """The shape and device rules of kernels/norm_ops.h, for the fakes (sizes only, no data)."""
     k = len(normalized_shape)
     torch._check(k >= 1, lambda: "normalized_shape must have at least one dimension, got []")
     torch._check(

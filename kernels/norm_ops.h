@@ -1,6 +1,7 @@
-// kernels/rmsnorm_ops.h: the PyTorch-side pieces that kernels/rmsnorm.cpp and kernels/add_norm.cpp share
-// (each builds its own module; these are inline): argument checks in kernels/checks.h's words, the
-// parameters as the kernels take them, and eps's default.
+// kernels/norm_ops.h: the PyTorch-side pieces every norm's glue shares: lesson 03's kernels/layernorm.cpp
+// and lesson 05's rmsnorm.cpp, add_norm.cpp and norm_dropout.cpp (each builds its own module; these are
+// inline): argument checks in kernels/checks.h's words, the parameters as the kernels take them, and eps's
+// default.
 //
 //   check_x(x, normalized_shape, "x")     x is [..., *normalized_shape], N >= 1, returns N
 //   check_params(x, shape, {{&w, "weight"}, ...})  dtype x's, or float32 beside a half/bf16 x; shape; device
@@ -59,9 +60,14 @@ inline int64_t check_x(const at::Tensor& x, at::IntArrayRef normalized_shape, co
                     name, " of shape ", shape_str(x.sizes()));
   int64_t N = 1;
   for (const int64_t n : normalized_shape) N *= n;
-  TORCH_CHECK_VALUE(N >= 1, "normalized_shape ", shape_str(normalized_shape),
-                    " must have at least one element (the normalized size N), got ", name, " of shape ",
-                    shape_str(x.sizes()));
+  if (k == 1) {  // the lessons' calls over the last dimension
+    TORCH_CHECK_VALUE(N >= 1, name, "'s last dimension (the normalized size N) must be at least 1, got ",
+                      shape_str(x.sizes()));
+  } else {
+    TORCH_CHECK_VALUE(N >= 1, "normalized_shape ", shape_str(normalized_shape),
+                      " must have at least one element (the normalized size N), got ", name, " of shape ",
+                      shape_str(x.sizes()));
+  }
   TORCH_CHECK_VALUE(N <= INT_MAX, "the normalized size N (the product of normalized_shape ",
                     shape_str(normalized_shape), ") must be below 2^31, got ", std::to_string(N));
   return N;
