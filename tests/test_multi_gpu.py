@@ -25,6 +25,7 @@ from helpers.ops import add_norm as an
 from helpers.ops import dropout as dr
 from helpers.ops import fused_bias_relu as fbr
 from helpers.ops import layernorm as ln
+from helpers.ops import norm_dropout as ndr
 from helpers.ops import polynomial as poly
 from helpers.ops import rmsnorm as rms
 
@@ -65,6 +66,11 @@ def _dropout(x):  # the mask comes from the generator of x's device, seeded alik
     return dr.dropout(x, 0.25)
 
 
+def _rms_dropout(x, w):
+    torch.manual_seed(0)
+    return ndr.rms_norm_dropout(x, x.shape[-1:], w, 1e-6, 0.25)
+
+
 # op name -> (shapes of its tensor arguments, the call)
 OPS = {
     "polynomial": ([(4099,), (4,)], _poly),
@@ -74,6 +80,7 @@ OPS = {
     "add_norm": ([(37, 1000), (37, 1000), (1000,)], _add_rms),
     "add_layer_norm": ([(37, 1000), (37, 1000), (1000,), (1000,)], _add_ln),
     "dropout": ([(67, 129)], _dropout),
+    "norm_dropout": ([(37, 1000), (1000,)], _rms_dropout),
 }
 BUILDS = {"add_layer_norm": "add_norm"}  # the kernels/ op a call's build is named after, where it differs
 SECOND = {  # the argument named in the error for tensors on two GPUs (x is the first)
@@ -83,6 +90,7 @@ SECOND = {  # the argument named in the error for tensors on two GPUs (x is the 
     "rmsnorm": "weight",
     "add_norm": "residual",
     "add_layer_norm": "residual",
+    "norm_dropout": "weight",
 }
 
 
