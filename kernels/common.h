@@ -10,9 +10,10 @@
 //   block_sum(v)              sum K values over a thread block (result in thread 0)
 //   num_sms()                 streaming multiprocessors of the current device (cached)
 //   device_attribute(a)       any cudaDeviceAttr of the current device (cached)
-//   launch(kernel, grid, block, smem, stream, {cooperative, pdl}, args...)
+//   launch(kernel, grid, block, smem, stream, {cooperative, pdl, cluster}, args...)
 //                             a kernel launch with launch attributes: cooperative (every block resident
-//                             at once, so grid.sync() is allowed) and/or programmatic dependent launch
+//                             at once, so grid.sync() is allowed), programmatic dependent launch, and/or
+//                             thread block clusters
 //   wait_for_previous_grid()  (device) PDL: wait until the kernel before this one in the stream is done
 //   allow_next_grid()         (device) PDL: the next kernel in the stream may start launching now
 //   add_columns_in_order(...) (device) after grid.sync: the blocks add columns of partial sums, fixed order
@@ -122,6 +123,7 @@ inline bool pdl_enabled() {
 struct LaunchOptions {
   bool cooperative = false;  // every block resident at once (cudaLaunchCooperativeKernel): grid.sync()
   bool pdl = false;          // programmatic dependent launch, where the GPU supports it
+  int cluster = 1;           // thread block clusters of this many blocks along x (sm_90 and newer)
 };
 
 #ifdef __CUDACC__
@@ -190,8 +192,12 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaS
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  cudaLaunchAttribute attrs[2];
+  cudaLaunchAttribute attrs[3];
   unsigned n = 0;
+  if (options.cluster > 1) {
+    attrs[n].id = cudaLaunchAttributeClusterDimension;
+    attrs[n++].val.clusterDim = {unsigned(options.cluster), 1, 1};
+  }
   if (options.cooperative) {
     attrs[n].id = cudaLaunchAttributeCooperative;
     attrs[n++].val.cooperative = 1;

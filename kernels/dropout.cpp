@@ -216,17 +216,6 @@ std::tuple<at::Tensor, at::Tensor> dropout_autograd(const at::Tensor& x, double 
   return {out[0], out[1]};
 }
 
-// define() (kernels/library.h) with tags: a schema already defined by an earlier build in this process
-// goes through define(), which checks that it did not change.
-void define(torch::Library& m, const char* schema, const std::vector<at::Tag>& tags) {
-  const std::string text(schema);
-  const std::string name = std::string(COURSE_NAMESPACE "::") + text.substr(0, text.find('('));
-  if (c10::Dispatcher::singleton().findSchema({name, ""}))
-    ::define(m, schema);
-  else
-    m.def(schema, tags);
-}
-
 }  // namespace
 
 COURSE_LIBRARY(m) {

@@ -22,17 +22,19 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #define COURSE_NAMESPACE "course"
 #define COURSE_LIBRARY(m) TORCH_LIBRARY_FRAGMENT(course, m)
 
-// m.def(schema) unless this process already has the op (from an earlier build of the same op).
-inline void define(torch::Library& m, const char* schema) {
+// m.def(schema, tags) unless this process already has the op (from an earlier build of the same op). tags:
+// e.g. {at::Tag::nondeterministic_seeded} for a random op (kernels/dropout.cpp).
+inline void define(torch::Library& m, const char* schema, const std::vector<at::Tag>& tags = {}) {
   const std::string text(schema);
   const std::string name = std::string(COURSE_NAMESPACE "::") + text.substr(0, text.find('('));
   const auto existing = c10::Dispatcher::singleton().findSchema({name, ""});
   if (!existing) {
-    m.def(schema);
+    m.def(schema, tags);
     return;
   }
   const std::string now = c10::toString(existing->schema());

@@ -287,17 +287,6 @@ Result rms_norm_dropout_autograd(const at::Tensor& x, c10::SymIntArrayRef normal
   return {out[0], out[1], out[2]};
 }
 
-// define() (kernels/library.h) with tags, as kernels/dropout.cpp's: a schema an earlier build in this
-// process defined goes through define(), which checks that it did not change.
-void define(torch::Library& m, const char* schema, const std::vector<at::Tag>& tags) {
-  const std::string text(schema);
-  const std::string name = std::string(COURSE_NAMESPACE "::") + text.substr(0, text.find('('));
-  if (c10::Dispatcher::singleton().findSchema({name, ""}))
-    ::define(m, schema);
-  else
-    m.def(schema, tags);
-}
-
 }  // namespace
 
 COURSE_LIBRARY(m) {

@@ -19,7 +19,7 @@
 //   backward_long_rows_kernel, backward_long_cols_kernel: rows too long for registers: the two row sums
 //                             by one block per row, then grad_x and the partial column sums by column tiles
 //   sum_partials_kernel       adds the partial rows in a fixed order (the same bits on every run)
-//   launch_forward, plan_backward, launch_backward, launch_in_clusters: the host side
+//   launch_forward, plan_backward, launch_backward: the host side
 //
 // Backward, with xhat = (x - mean) * rstd (mean = 0 for RMSNorm) and g = grad_y * w, per row:
 //   grad_x = rstd * (g - mean(g) - xhat * mean(g * xhat)) [+ grad_h]    (RMSNorm: no mean(g) term)
@@ -526,25 +526,6 @@ __global__ void sum_partials_kernel(const Acc<T>* __restrict__ partials, int G, 
 // Host side. The .cpp guarantees M > 0, 0 < N < 2^31, pointers on the current device.
 // ------------------------------------------------------------------------------------------------
 
-// kernel<<<grid, block, smem, stream>>>(args...) in clusters of `cluster` blocks along x (sm_90).
-template <typename... Params, typename... Args>
-void launch_in_clusters(void (*kernel)(Params...), int cluster, dim3 grid, dim3 block, size_t smem,
-                        cudaStream_t stream, Args... args) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = unsigned(cluster);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  config.attrs = attr;
-  config.numAttrs = 1;
-  COURSE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...));
-}
-
 // Thread block clusters: sm_90 and newer (off with -DRMSNORM_NO_CLUSTERS, to measure what they gain).
 inline bool has_clusters() {
 #ifdef RMSNORM_NO_CLUSTERS
@@ -696,8 +677,8 @@ void launch_backward(const T* dy, const T* dh, const T* x, const Acc<T>* mean, c
   if (plan.kind == 1) {
     const auto go = [&](auto kernel) {
       if (plan.cluster > 1)
-        launch_in_clusters(kernel, plan.cluster, dim3(plan.blocks), plan.block, plan.smem, stream, dy, dh, x,
-                           mean, rstd, w, dx, workspace, M, N);
+        launch(kernel, dim3(plan.blocks), plan.block, plan.smem, stream, {false, false, plan.cluster}, dy, dh,
+               x, mean, rstd, w, dx, workspace, M, N);
       else
         kernel<<<plan.blocks, plan.block, plan.smem, stream>>>(dy, dh, x, mean, rstd, w, dx, workspace, M, N);
     };

@@ -13,6 +13,7 @@ here what only Python can add: the fake kernels torch.compile traces with, and a
 from __future__ import annotations
 
 import functools
+import numbers
 import sys
 
 from .. import loader
@@ -27,6 +28,13 @@ def extension(name: str):
     Once the installed package course_ops is imported (lesson 06), its prebuilt module is used instead."""
     prebuilt = getattr(sys.modules.get("course_ops"), "extensions", {})
     return prebuilt[name] if name in prebuilt else loader.load(name)
+
+
+def as_shape(normalized_shape) -> tuple[int, ...]:
+    """A norm's normalized_shape as native takes it (an int, or a sequence of ints) as a tuple."""
+    if isinstance(normalized_shape, numbers.Integral):
+        return (int(normalized_shape),)
+    return tuple(normalized_shape)
 
 
 def once(register):

@@ -27,8 +27,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from . import extension, once
-from .rmsnorm import _acc_dtype, _as_shape, check_shapes
+from . import as_shape, extension, once
+from .rmsnorm import _acc_dtype, check_shapes
 
 
 def _check_residual(x, residual) -> None:
@@ -104,7 +104,7 @@ def add_rms_norm(x, residual, normalized_shape, weight=None, eps=None):
     differentiable in x, residual and weight, through y and h."""
     register()
     x, residual = _promoted(x, residual)
-    shape = _as_shape(normalized_shape)
+    shape = as_shape(normalized_shape)
     if torch.compiler.is_compiling():
         return torch.ops.course.add_rms_norm(x, residual, shape, weight, eps)
     return extension("add_norm").add_rms_norm(x, residual, list(shape), weight, eps)
@@ -115,7 +115,7 @@ def add_layer_norm(x, residual, normalized_shape, weight=None, bias=None, eps: f
     each way; differentiable in x, residual, weight and bias, through y and h."""
     register()
     x, residual = _promoted(x, residual)
-    shape = _as_shape(normalized_shape)
+    shape = as_shape(normalized_shape)
     if torch.compiler.is_compiling():
         return torch.ops.course.add_layer_norm(x, residual, shape, weight, bias, eps)
     return extension("add_norm").add_layer_norm(x, residual, list(shape), weight, bias, eps)
@@ -124,10 +124,10 @@ def add_layer_norm(x, residual, normalized_shape, weight=None, bias=None, eps: f
 def reference_rms(x, residual, normalized_shape, weight=None, eps=None):
     """The unfused pair in plain PyTorch: an add, then native rms_norm."""
     h = x + residual
-    return F.rms_norm(h, _as_shape(normalized_shape), weight, eps), h
+    return F.rms_norm(h, as_shape(normalized_shape), weight, eps), h
 
 
 def reference_layer(x, residual, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
     """The unfused pair in plain PyTorch: an add, then native layer_norm."""
     h = x + residual
-    return F.layer_norm(h, _as_shape(normalized_shape), weight, bias, eps), h
+    return F.layer_norm(h, as_shape(normalized_shape), weight, bias, eps), h

@@ -24,11 +24,9 @@ the parameters' dtype (x's where both are None).
 
 from __future__ import annotations
 
-import numbers
-
 import torch
 
-from . import extension, once
+from . import as_shape, extension, once
 
 
 def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -158,12 +156,6 @@ def layer_norm(
     return LayerNormFunction.apply(x, weight, bias, eps, ext or extension("layernorm"), version)
 
 
-def _as_shape(normalized_shape) -> tuple[int, ...]:
-    if isinstance(normalized_shape, numbers.Integral):
-        return (int(normalized_shape),)
-    return tuple(normalized_shape)
-
-
 def layer_norm_like_native(
     x: torch.Tensor,
     normalized_shape,
@@ -175,8 +167,8 @@ def layer_norm_like_native(
     trailing dimensions normalized_shape (an int or a sequence); weight and bias have that shape, or None."""
     register()
     if torch.compiler.is_compiling():
-        return torch.ops.course.layer_norm(x, _as_shape(normalized_shape), weight, bias, eps)
-    return _eager_call(extension("layernorm"), x, list(_as_shape(normalized_shape)), weight, bias, eps)
+        return torch.ops.course.layer_norm(x, as_shape(normalized_shape), weight, bias, eps)
+    return _eager_call(extension("layernorm"), x, list(as_shape(normalized_shape)), weight, bias, eps)
 
 
 def _eager_call(ext, x, normalized_shape: list[int], weight, bias, eps):
@@ -209,7 +201,7 @@ class LayerNorm(torch.nn.Module):
         super().__init__()
         register()
         factory = {"device": device, "dtype": dtype}
-        self.normalized_shape = _as_shape(normalized_shape)
+        self.normalized_shape = as_shape(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
         if elementwise_affine:

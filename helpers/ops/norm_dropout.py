@@ -23,8 +23,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from . import as_shape, extension, once
 from . import dropout as _dropout
-from . import extension, once
 from . import rmsnorm as _rmsnorm
 
 
@@ -67,14 +67,14 @@ def rms_norm_dropout(
     x and weight; the mask from `generator` (on x's device) or the default generator of x's device."""
     _dropout.check_p(p)
     register()
-    shape = list(_rmsnorm._as_shape(normalized_shape))
+    shape = list(as_shape(normalized_shape))
     return torch.ops.course.rms_norm_dropout(x, shape, weight, eps, float(p), bool(train), generator)[0]
 
 
 def reference(x: torch.Tensor, normalized_shape, weight=None, eps=None, p: float = 0.5, train: bool = True):
     """Native PyTorch, unfused: F.rms_norm then F.dropout (its own generator stream and mask layout: the same
     statistics, other bits)."""
-    shape = _rmsnorm._as_shape(normalized_shape)
+    shape = as_shape(normalized_shape)
     return torch.nn.functional.dropout(torch.nn.functional.rms_norm(x, shape, weight, eps), p, train)
 
 
@@ -100,7 +100,7 @@ class RMSNormDropout(nn.Module):
         super().__init__()
         _dropout.check_p(p)
         register()
-        self.normalized_shape = _rmsnorm._as_shape(normalized_shape)
+        self.normalized_shape = as_shape(normalized_shape)
         self.p = float(p)
         self.eps = eps
         self.elementwise_affine = elementwise_affine

@@ -21,11 +21,9 @@ gradient output_mask leaves out; grad_weight has weight's dtype (x's where weigh
 
 from __future__ import annotations
 
-import numbers
-
 import torch
 
-from . import extension, once
+from . import as_shape, extension, once
 
 
 def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -81,7 +79,7 @@ def register() -> None:
 
 def reference(x: torch.Tensor, normalized_shape, weight: torch.Tensor | None = None, eps: float | None = None):
     """Eager PyTorch, written out in the math type: the mean of squares, rsqrt, scale (several kernels)."""
-    dims = tuple(range(-len(_as_shape(normalized_shape)), 0))
+    dims = tuple(range(-len(as_shape(normalized_shape)), 0))
     xf = x.to(_acc_dtype(x.dtype))
     if eps is None:
         eps = torch.finfo(xf.dtype).eps
@@ -109,12 +107,6 @@ class RmsNormFunction(torch.autograd.Function):
         return (grad_x if need[0] else None), (grad_w if need[1] else None), None, None, None
 
 
-def _as_shape(normalized_shape) -> tuple[int, ...]:
-    if isinstance(normalized_shape, numbers.Integral):
-        return (int(normalized_shape),)
-    return tuple(normalized_shape)
-
-
 def rms_norm(
     x: torch.Tensor,
     normalized_shape,
@@ -129,7 +121,7 @@ def rms_norm(
     By default torch.ops.course.rms_norm (forward v2, backward v2, autograd in C++; works under
     torch.compile and autocast). version=1 or 2 goes through the lesson's Python RmsNormFunction with that
     version's kernels for both directions (over the last dimension only)."""
-    shape = _as_shape(normalized_shape)
+    shape = as_shape(normalized_shape)
     if version is None:
         register()
         if torch.compiler.is_compiling():  # what torch.compile traces: the op itself
@@ -151,7 +143,7 @@ class RMSNorm(torch.nn.Module):
     ):
         super().__init__()
         register()
-        self.normalized_shape = _as_shape(normalized_shape)
+        self.normalized_shape = as_shape(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
         if elementwise_affine:
