@@ -17,8 +17,13 @@
 //   OnDevice on(x)                  x's device guard, and PyTorch's stream there: on.stream (WITH_CUDA)
 #pragma once
 
+// The torch headers the glue needs, not <torch/extension.h>: that one adds torch's whole C++ frontend
+// (torch/all.h: nn, optim, data loaders, serialization), which no op here uses and which costs each .cpp
+// ~1.5 s more to load, precompiled or not (helpers/loader.py's PCH_HEADER precompiles the same list).
+#include <ATen/ATen.h>
 #include <ATen/OpMathType.h>
-#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <torch/csrc/utils/pybind.h>  // pybind11, `py::`, and its conversions of at::Tensor
 
 #include <initializer_list>
 #include <string>

@@ -21,7 +21,6 @@
 #pragma once
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <torch/extension.h>
 
 #include <cstdio>
 #include <mutex>
