@@ -455,45 +455,35 @@ using BackwardSig = ForwardResult(const at::Tensor&, const at::Tensor&, c10::Sym
                                   const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
                                   const std::optional<at::Tensor>&, std::array<bool, 3>);
 
-// forward and backward call the ops through the dispatcher, below the Autograd key: under torch.compile
-// the tensors are fake, and the dispatcher sends them to the fake kernels instead of ours. Saved: x,
-// weight, bias (None stays None), mean and rstd, and how many trailing dimensions are normalized.
-class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
- public:
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
-                            c10::SymIntArrayRef normalized_shape, const std::optional<at::Tensor>& weight,
-                            const std::optional<at::Tensor>& bias, double eps) {
-    static const auto forward_op = op<ForwardSig>("layer_norm_forward");
-    const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    auto [y, mean, rstd] = forward_op.call(x, normalized_shape, weight, bias, eps);
-    ctx->save_for_backward({x, weight.value_or(at::Tensor()), bias.value_or(at::Tensor()), mean, rstd});
-    ctx->saved_data["dims"] = int64_t(normalized_shape.size());
-    return y;
-  }
+// The backward node autograd runs for course::layer_norm, written by hand (kernels/library.h says why): its
+// edges lead to x, weight and bias (an invalid edge for None or for a tensor that needs no gradient); it
+// holds what backward needs as SavedVariables, which check at unpack time that nothing wrote to them in
+// place since.
+struct LayerNormBackward : torch::autograd::Node {
+  torch::autograd::SavedVariable x, weight, bias, mean, rstd;
+  int64_t dims = 0;
 
-  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
-                                               torch::autograd::tensor_list grads) {
+  std::string name() const override { return "LayerNormBackward (course::layer_norm)"; }
+  void release_variables() override {
+    for (auto* v : {&x, &weight, &bias, &mean, &rstd}) v->reset_data();
+  }
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
     static const auto backward_op = op<BackwardSig>("layer_norm_backward");
-    const auto saved = ctx->get_saved_variables();
-    const at::Tensor &x = saved[0], &weight = saved[1], &bias = saved[2];
-    // needs_input_grad counts the tensor arguments that were given: x, then weight and bias where not None
-    size_t edge = 0;
-    const bool want_x = ctx->needs_input_grad(edge++);
-    const bool want_w = weight.defined() && ctx->needs_input_grad(edge++);
-    const bool want_b = bias.defined() && ctx->needs_input_grad(edge++);
-    const int64_t dims = ctx->saved_data["dims"].toInt();
-    const auto normalized_shape = x.sym_sizes().slice(x.dim() - dims);
+    const bool want_x = should_compute_output(0), want_w = should_compute_output(1),
+               want_b = should_compute_output(2);
+    if (!grads[0].defined() || !(want_x || want_w || want_b)) return {at::Tensor(), at::Tensor(), at::Tensor()};
+    const auto x_ = x.unpack(), w_ = weight.unpack(), b_ = bias.unpack();
+    const auto normalized_shape = x_.sym_sizes().slice(x_.dim() - dims);
     auto [grad_x, grad_w, grad_b] = [&] {
       const at::AutoDispatchBelowADInplaceOrView below_autograd;
-      return backward_op.call(grads[0], x, normalized_shape, saved[3], saved[4],
-                              weight.defined() ? std::optional<at::Tensor>(weight) : std::nullopt,
-                              bias.defined() ? std::optional<at::Tensor>(bias) : std::nullopt,
-                              {want_x, want_w, want_b});
+      return backward_op.call(grads[0], x_, normalized_shape, mean.unpack(), rstd.unpack(),
+                              w_.defined() ? std::optional<at::Tensor>(w_) : std::nullopt,
+                              b_.defined() ? std::optional<at::Tensor>(b_) : std::nullopt,
+                              {want_x, want_w && w_.defined(), want_b && b_.defined()});
     }();
-    // one gradient per argument of forward: x, normalized_shape, weight, bias, eps
     return once_differentiable("layer_norm",
-                               {want_x ? grad_x : at::Tensor(), at::Tensor(), want_w ? grad_w : at::Tensor(),
-                                want_b ? grad_b : at::Tensor(), at::Tensor()},
+                               {want_x ? grad_x : at::Tensor(), want_w ? grad_w : at::Tensor(),
+                                want_b ? grad_b : at::Tensor()},
                                grads);
   }
 };
@@ -506,7 +496,24 @@ at::Tensor layer_norm_autograd(const at::Tensor& x, c10::SymIntArrayRef normaliz
                                double eps) {
   if (defined(weight)) check_same_device(*weight, "weight", x, "x");
   if (defined(bias)) check_same_device(*bias, "bias", x, "x");
-  return LayerNormFunction::apply(x, normalized_shape, weight, bias, eps);
+  static const auto forward_op = op<ForwardSig>("layer_norm_forward");
+  check_no_forward_ad("layer_norm", x, weight, bias);
+  auto [y, mean, rstd] = [&] {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return forward_op.call(x, normalized_shape, weight, bias, eps);
+  }();
+  if (torch::autograd::compute_requires_grad(x, weight, bias)) {
+    const auto node = std::shared_ptr<LayerNormBackward>(new LayerNormBackward(), torch::autograd::deleteNode);
+    node->set_next_edges(torch::autograd::collect_next_edges(x, weight, bias));
+    node->x = torch::autograd::SavedVariable(x, false);
+    if (defined(weight)) node->weight = torch::autograd::SavedVariable(*weight, false);
+    if (defined(bias)) node->bias = torch::autograd::SavedVariable(*bias, false);
+    node->mean = torch::autograd::SavedVariable(mean, false);
+    node->rstd = torch::autograd::SavedVariable(rstd, false);
+    node->dims = int64_t(normalized_shape.size());
+    torch::autograd::set_history(y, node);
+  }
+  return y;
 }
 
 const auto& layer_norm_op() {

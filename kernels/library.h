@@ -13,6 +13,20 @@
 // a schema that an earlier build of the op already defined; the new build's TORCH_LIBRARY_IMPL kernels
 // then replace the old ones (PyTorch warns once, "Overriding a previously registered kernel"), so the
 // edited kernel is the one torch.ops calls. A changed schema needs a restart: define() says so.
+//
+// The Autograd kernel: lesson 02's `torch::autograd::Function<T>` (polynomial, fused_bias_relu, ...), or a
+// backward node written by hand (kernels/layernorm.cpp's LayerNormBackward), which is what Function<T>::apply
+// builds, without its generic parts (a context with a string-keyed map, per-input and per-output records,
+// output wrapping for views and in-place writes that a fresh output does not need):
+//   if (torch::autograd::compute_requires_grad(x, weight)) {       grad mode on, some input requires grad
+//     auto node = std::shared_ptr<MyBackward>(new MyBackward(), torch::autograd::deleteNode);
+//     node->set_next_edges(torch::autograd::collect_next_edges(x, weight));  one edge per input, in order
+//     node->x = torch::autograd::SavedVariable(x, false);          saved: checked for in-place changes
+//     torch::autograd::set_history(y, node);                      y's grad_fn
+//   }
+// and MyBackward::apply(grads) returns one gradient per edge (should_compute_output(i): whether edge i wants
+// one). It compiles in ~1 s instead of ~3 s per op (a further op's first build, issue 14) and costs the step
+// less CPU; what it does not do, check_no_forward_ad() below refuses.
 #pragma once
 
 #include <torch/autograd.h>
@@ -85,4 +99,14 @@ inline torch::autograd::variable_list once_differentiable(
   for (const auto& g : grads)
     if (g.defined()) torch::autograd::set_history(g, node);
   return grads;
+}
+
+// Forward-mode AD (torch.func.jvp, torch.autograd.forward_ad): the course's ops have no forward derivative, so
+// an input carrying a tangent is an error that names the op, not an output silently without its tangent.
+inline bool has_tangent(const at::Tensor& t) { return t.defined() && t._fw_grad(/*level=*/0).defined(); }
+inline bool has_tangent(const std::optional<at::Tensor>& t) { return t.has_value() && has_tangent(*t); }
+template <typename... Tensors>
+void check_no_forward_ad(const char* op_name, const Tensors&... inputs) {
+  TORCH_CHECK(!(has_tangent(inputs) || ...), "course::", op_name,
+              " has no forward-mode derivative (jvp): use reverse mode (backward, torch.autograd.grad)");
 }

@@ -642,7 +642,7 @@ def test_module_takes_what_nn_layernorm_takes(device, config):
     check.assert_close(x.grad, xr.grad, name="grad x", rtol=1e-4, atol=1e-4)
     for (name, p), r in zip(ours.named_parameters(), ref.parameters()):
         check.assert_close(p.grad, r.grad, name=f"grad {name}", rtol=1e-4, atol=1e-4)
-    assert "LayerNormFunction" in y.grad_fn.name()  # autograd's node is the C++ Function: no Python in the step
+    assert y.grad_fn.name() == "LayerNormBackward (course::layer_norm)"  # the C++ node: no Python in the step
     assert not isinstance(y.grad_fn, torch.autograd.function.BackwardCFunction)
 
 
@@ -686,7 +686,7 @@ def test_the_pybind_binding_is_the_same_op(ext, device):
     assert torch.equal(ext.layer_norm(x, [2, 16], None, None), ln.layer_norm_like_native(x, (2, 16)))
     assert torch.equal(ext.layer_norm(x, [16], w, b, EPS), ln.layer_norm(x, w, b))
     y = ext.layer_norm(x.requires_grad_(), [16], w, b)
-    assert "LayerNormFunction" in y.grad_fn.name()
+    assert y.grad_fn.name() == "LayerNormBackward (course::layer_norm)"
 
 
 def test_lesson_versions_need_weight_and_bias(device):
@@ -778,3 +778,27 @@ def test_cuda_graph_capture_of_a_new_none_parameter_size():
     torch.cuda.synchronize()
     check.assert_close(y, F.layer_norm(x, (1000,)), rtol=1e-5, atol=1e-5)
     check.assert_close(ln.layer_norm_like_native(x, 1000), F.layer_norm(x, (1000,)), rtol=1e-5, atol=1e-5)
+
+
+def test_the_hand_written_node_keeps_autograds_rules(device):
+    """course::layer_norm's backward node is written by hand (kernels/layernorm.cpp): it must still refuse what
+    autograd refuses. An input changed in place after the forward, a second backward through a freed graph,
+    a forward-mode tangent: each an error, never a silently wrong gradient."""
+    x, w, b = inputs((3, 16), torch.float32, device)
+    x, w = x.requires_grad_(), w.requires_grad_()
+    y = ln.layer_norm(x * 1, w, b)  # x * 1: a non-leaf we may change in place
+    assert y.grad_fn.next_functions[0][0] is not None and y.grad_fn.next_functions[2][0] is None  # b: no grad
+    y.sum().backward()
+    with pytest.raises(RuntimeError, match="second time"):
+        y.sum().backward()
+    h = x * 1
+    y = ln.layer_norm(h, w, b)
+    h.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+    import torch.autograd.forward_ad as fwAD
+
+    with fwAD.dual_level(), pytest.raises(RuntimeError, match="course::layer_norm has no forward-mode derivative"):
+        ln.layer_norm(fwAD.make_dual(x.detach(), torch.ones_like(x)), w, b)
+    with torch.no_grad():
+        assert ln.layer_norm(x, w, b).grad_fn is None
