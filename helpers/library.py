@@ -301,9 +301,9 @@ def _build_demo(out: Path, value: int, course_define: bool) -> Path:
     if so.exists():
         return so
     src = out / "rerun_demo.cpp"
-    flags = [f for f in loader._torch_flags(False, [], False) if f != "-O3"]
+    flags = loader._torch_flags(False, [], False)  # the glue's flags (-O1)
     lib_dirs = loader._torch_paths(False)[1]
-    cmd = [*flags, "-O1", f"-DVALUE={value}", f"-I{loader.KERNELS}", *(["-DCOURSE_DEFINE"] if course_define else [])]
+    cmd = [*flags, f"-DVALUE={value}", f"-I{loader.KERNELS}", *(["-DCOURSE_DEFINE"] if course_define else [])]
     libs = [*[f"-L{p}" for p in lib_dirs], f"-Wl,-rpath,{lib_dirs[0]}", "-lc10", "-ltorch", "-ltorch_cpu"]
     # written under a name of this process's and renamed: several processes (parallel tests) may build it at once
     loader._atomic(

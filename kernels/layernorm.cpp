@@ -471,7 +471,8 @@ struct LayerNormBackward : torch::autograd::Node {
     static const auto backward_op = op<BackwardSig>("layer_norm_backward");
     const bool want_x = should_compute_output(0), want_w = should_compute_output(1),
                want_b = should_compute_output(2);
-    if (!grads[0].defined() || !(want_x || want_w || want_b)) return {at::Tensor(), at::Tensor(), at::Tensor()};
+    if (!grads[0].defined() || !(want_x || want_w || want_b))
+      return {at::Tensor(), at::Tensor(), at::Tensor()};
     const auto x_ = x.unpack(), w_ = weight.unpack(), b_ = bias.unpack();
     const auto normalized_shape = x_.sym_sizes().slice(x_.dim() - dims);
     auto [grad_x, grad_w, grad_b] = [&] {
@@ -481,10 +482,10 @@ struct LayerNormBackward : torch::autograd::Node {
                               b_.defined() ? std::optional<at::Tensor>(b_) : std::nullopt,
                               {want_x, want_w && w_.defined(), want_b && b_.defined()});
     }();
-    return once_differentiable("layer_norm",
-                               {want_x ? grad_x : at::Tensor(), want_w ? grad_w : at::Tensor(),
-                                want_b ? grad_b : at::Tensor()},
-                               grads);
+    return once_differentiable(
+        "layer_norm",
+        {want_x ? grad_x : at::Tensor(), want_w ? grad_w : at::Tensor(), want_b ? grad_b : at::Tensor()},
+        grads);
   }
 };
 
@@ -503,7 +504,8 @@ at::Tensor layer_norm_autograd(const at::Tensor& x, c10::SymIntArrayRef normaliz
     return forward_op.call(x, normalized_shape, weight, bias, eps);
   }();
   if (torch::autograd::compute_requires_grad(x, weight, bias)) {
-    const auto node = std::shared_ptr<LayerNormBackward>(new LayerNormBackward(), torch::autograd::deleteNode);
+    const auto node =
+        std::shared_ptr<LayerNormBackward>(new LayerNormBackward(), torch::autograd::deleteNode);
     node->set_next_edges(torch::autograd::collect_next_edges(x, weight, bias));
     node->x = torch::autograd::SavedVariable(x, false);
     if (defined(weight)) node->weight = torch::autograd::SavedVariable(*weight, false);

@@ -101,8 +101,8 @@ inline torch::autograd::variable_list once_differentiable(
   return grads;
 }
 
-// Forward-mode AD (torch.func.jvp, torch.autograd.forward_ad): the course's ops have no forward derivative, so
-// an input carrying a tangent is an error that names the op, not an output silently without its tangent.
+// Forward-mode AD (torch.func.jvp, torch.autograd.forward_ad): the course's ops have no forward derivative,
+// so an input carrying a tangent is an error that names the op, not an output silently without its tangent.
 inline bool has_tangent(const at::Tensor& t) { return t.defined() && t._fw_grad(/*level=*/0).defined(); }
 inline bool has_tangent(const std::optional<at::Tensor>& t) { return t.has_value() && has_tangent(*t); }
 template <typename... Tensors>
