@@ -115,7 +115,10 @@ def test_op_takes_non_contiguous_inputs(device, name, variant):
         args = [spread(a) for a in args]
         assert not any(isinstance(a, torch.Tensor) and a.is_contiguous() for a in args)
         assert_matches_reference(name, fn, args, " (non-contiguous inputs)")
-    x = torch.randn(64, 33, device=device).t().requires_grad_()  # column-major: another layout not to assume
+    # column-major: another layout not to assume. Seeded: what this checks is the layout, and a float32 sum of
+    # 2112 terms (polynomial's coefficient gradient) can cancel to a value whose rounding exceeds rtol 1e-4
+    g = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(64, 33, device=device, generator=g).t().requires_grad_()
     rest = op_samples.sample_inputs(name, device, requires_grad=True)[-1][1:]
     if name != "polynomial":  # the parameters are [C] for the last dimension of x
         rest = [torch.randn(64, device=device, requires_grad=True) if isinstance(a, torch.Tensor) else a for a in rest]
