@@ -469,6 +469,7 @@ struct LayerNormBackward : torch::autograd::Node {
   }
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
     static const auto backward_op = op<BackwardSig>("layer_norm_backward");
+    // edge i wants a gradient: false for None (an invalid edge) and for a tensor that needs none
     const bool want_x = should_compute_output(0), want_w = should_compute_output(1),
                want_b = should_compute_output(2);
     if (!grads[0].defined() || !(want_x || want_w || want_b))
@@ -480,7 +481,7 @@ struct LayerNormBackward : torch::autograd::Node {
       return backward_op.call(grads[0], x_, normalized_shape, mean.unpack(), rstd.unpack(),
                               w_.defined() ? std::optional<at::Tensor>(w_) : std::nullopt,
                               b_.defined() ? std::optional<at::Tensor>(b_) : std::nullopt,
-                              {want_x, want_w && w_.defined(), want_b && b_.defined()});
+                              {want_x, want_w, want_b});
     }();
     return once_differentiable(
         "layer_norm",
