@@ -75,13 +75,5 @@ void add_layer_norm_backward(const T* grad_y, const T* grad_h, const T* h, const
                                             Acc<T>*, int64_t, int, cudaStream_t);                          \
   template void add_layer_norm_backward<T, P>(const T*, const T*, const T*, const Acc<T>*, const Acc<T>*,  \
                                               const T*, T*, P*, P*, Acc<T>*, int64_t, int, cudaStream_t);
-INSTANTIATE(float)
-INSTANTIATE(double)
-INSTANTIATE(__half)
-INSTANTIATE(__nv_bfloat16)
-INSTANTIATE_BACKWARD(float, float)
-INSTANTIATE_BACKWARD(double, double)
-INSTANTIATE_BACKWARD(__half, __half)
-INSTANTIATE_BACKWARD(__half, float)
-INSTANTIATE_BACKWARD(__nv_bfloat16, __nv_bfloat16)
-INSTANTIATE_BACKWARD(__nv_bfloat16, float)
+COURSE_FOR_EACH_DTYPE(INSTANTIATE)
+COURSE_FOR_EACH_PARAM_PAIR(INSTANTIATE_BACKWARD)

@@ -17,6 +17,10 @@
 //   wait_for_previous_grid()  (device) PDL: wait until the kernel before this one in the stream is done
 //   allow_next_grid()         (device) PDL: the next kernel in the stream may start launching now
 //   add_columns_in_order(...) (device) after grid.sync: the blocks add columns of partial sums, fixed order
+//   COURSE_FOR_EACH_DTYPE(X), COURSE_FOR_EACH_PARAM_PAIR(X)   instantiate a file's templates: X(T) per
+//   element
+//                             type; X(T, P) per (x, parameters) pair a norm takes (float32 parameters beside
+//                             a float16/bfloat16 x, as native's norms allow)
 #pragma once
 
 #include <cuda_bf16.h>
@@ -48,6 +52,12 @@ COURSE_HD constexpr I ceil_div(I a, I b) {
   } while (0)
 
 #define COURSE_LAUNCH_CHECK() COURSE_CUDA_CHECK(cudaGetLastError())
+
+#define COURSE_FOR_EACH_DTYPE(X) X(float) X(double) X(__half) X(__nv_bfloat16)
+#define COURSE_FOR_EACH_PARAM_PAIR(X)                                                  \
+  X(float, float)                                                                      \
+  X(double, double) X(__half, __half) X(__half, float) X(__nv_bfloat16, __nv_bfloat16) \
+      X(__nv_bfloat16, float)
 
 template <typename T>
 struct AccType {

@@ -1,6 +1,6 @@
 // kernels/layernorm_common.cuh: the pieces lesson 03's forward v3 and backward v2 are built from, shared by
 // the ladder (kernels/layernorm.cu) and the tuned kernels that reuse them (kernels/layernorm.hopper.cu).
-// No torch header: only the two .cu files include it.
+// No torch header: included by .cu files only (and by lesson 05's rmsnorm_common.cuh and norm_dropout.cu).
 //
 //   Raw, to_pack            16-byte loads kept as 32-bit words, and Acc<T> values rounded back into a Pack
 //   lane_sum, group_sum     sums over a warp (shuffles) and over a row group (shuffles, then shared memory)

@@ -424,13 +424,5 @@ bool rms_norm_dropout_backward_v2(const T* grad_y, const T* x, const Acc<T>* rst
   template bool rms_norm_dropout_backward_v2<T, P>(const T*, const T*, const Acc<T>*, const T*, T*, P*, \
                                                    Acc<T>*, int64_t, int, philox::RngState, uint64_t,   \
                                                    Acc<T>, cudaStream_t);
-INSTANTIATE(float)
-INSTANTIATE(double)
-INSTANTIATE(__half)
-INSTANTIATE(__nv_bfloat16)
-INSTANTIATE_BACKWARD(float, float)
-INSTANTIATE_BACKWARD(double, double)
-INSTANTIATE_BACKWARD(__half, __half)
-INSTANTIATE_BACKWARD(__half, float)
-INSTANTIATE_BACKWARD(__nv_bfloat16, __nv_bfloat16)
-INSTANTIATE_BACKWARD(__nv_bfloat16, float)
+COURSE_FOR_EACH_DTYPE(INSTANTIATE)
+COURSE_FOR_EACH_PARAM_PAIR(INSTANTIATE_BACKWARD)
