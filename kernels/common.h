@@ -54,10 +54,12 @@ COURSE_HD constexpr I ceil_div(I a, I b) {
 #define COURSE_LAUNCH_CHECK() COURSE_CUDA_CHECK(cudaGetLastError())
 
 #define COURSE_FOR_EACH_DTYPE(X) X(float) X(double) X(__half) X(__nv_bfloat16)
-#define COURSE_FOR_EACH_PARAM_PAIR(X)                                                  \
-  X(float, float)                                                                      \
-  X(double, double) X(__half, __half) X(__half, float) X(__nv_bfloat16, __nv_bfloat16) \
-      X(__nv_bfloat16, float)
+// clang-format off
+#define COURSE_FOR_EACH_PARAM_PAIR(X) \
+  X(float, float) X(double, double) \
+  X(__half, __half) X(__half, float) \
+  X(__nv_bfloat16, __nv_bfloat16) X(__nv_bfloat16, float)
+// clang-format on
 
 template <typename T>
 struct AccType {
