@@ -86,6 +86,7 @@ def _execute(path: Path, monkeypatch, solutions: bool, prepare=None, suffix: str
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     monkeypatch.setenv("COURSE_SOLUTIONS", "1" if solutions else "0")
+    monkeypatch.setenv("COURSE_NO_WIDGETS", "1")  # helpers/widgets.py: interact cells run once, no widget
     nb = nbformat.read(path, as_version=4)
     if prepare:
         prepare(nb)
@@ -131,3 +132,15 @@ def _registration_cells_twice(nb) -> None:
             again.metadata["tags"] = [*cell.metadata["tags"], "registers-again"]
             cells.append(again)
     nb.cells = cells
+
+
+def test_interact_runs_once_with_the_defaults_when_widgets_are_off(monkeypatch, capsys):
+    """What the notebook tests rely on: with COURSE_NO_WIDGETS=1 an interact cell calls its function once, with
+    the first option of each control, and says so, instead of making widgets nobody can click."""
+    from helpers import widgets
+
+    monkeypatch.setenv("COURSE_NO_WIDGETS", "1")
+    seen = []
+    widgets.interact(lambda n, dtype: seen.append((n, dtype)), n=[4096, 1024], dtype=["float32", "bfloat16"])
+    assert seen == [(4096, "float32")]
+    assert "COURSE_NO_WIDGETS=1" in capsys.readouterr().out
