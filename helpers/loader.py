@@ -14,10 +14,11 @@ per edit. This loader keeps the design that makes edits cheap:
   version, beside its own compiles (which go without it); every later ``.cpp`` that includes torch
   headers is compiled with ``-include`` of it
   (``-Winvalid-pch`` says so when a PCH cannot be used; on by default with 4 or more cores, COURSE_PCH=1/0
-  forces it on/off). Each PCH takes about
-  0.55 GB of disk: one for CPU builds, one for CUDA builds. The glue compiles at -O1 (``GLUE_OPT``), and
-  nvcc splits a ``.cu``'s device optimization across threads (``_split_compile``): a further op's first
-  build is then its glue file, ~10-13 s on the 16-core H100 hosts (was ~20 s);
+  forces it on/off). There are two: with pybind11 (``PCH_BINDING``) for the file that binds the Python
+  module, without it for the others. Each takes about 0.5 GB of disk, for CPU builds and again for CUDA
+  builds. The glue compiles at -O1 (``GLUE_OPT``), a large op's glue is split into files compiled in
+  parallel (``sources_for``), and nvcc splits a ``.cu``'s device optimization across threads
+  (``_split_compile``);
 * every linked module is cached under the hash of its objects, so re-running a cell or restarting the
   kernel is an import (well under a second), and undoing an edit finds the old module again;
 * outputs are written to a temporary name and renamed, so an interrupted build leaves nothing half
@@ -74,8 +75,8 @@ class Build:
     seconds: float
     compiled: list[str]  # sources compiled this time (empty: everything came from the cache)
     linked: bool
-    pch: Path | None = None  # the precompiled torch header the glue was compiled with (None: none)
-    pch_built: bool = False  # True when this build precompiled it (the first build on this machine)
+    pch: Path | None = None  # the precompiled torch header the (first) glue file was compiled with (None: none)
+    pch_built: bool = False  # True when this build precompiled them (the first build on this machine)
     link_seconds: float = 0.0  # of `seconds`, the link (0 when the module came from the cache)
     tu_seconds: dict[str, float] = dataclasses.field(default_factory=dict)  # each compiled source's wall time
 
@@ -128,8 +129,8 @@ def _include_dirs(extra: list[Path]) -> list[Path]:
 
 # g++'s optimization of the .cpp glue. -O1 with the loop vectorizer, not -O3: the glue is mostly templates run
 # once per call (the dispatcher, autograd, pybind11), where -O3's extra passes cost a further op's first build
-# ~40 % more compile time (kernels/layernorm.cpp 7.3 s instead of 12 s on the 2-core machine, 2026-11-26); the
-# CPU kernels' loops stay vectorized. COURSE_GLUE_OPT="-O3" (space-separated flags) overrides it.
+# ~40 % more compile time (kernels/layernorm.cpp, then one file, 7.3 s instead of 12 s on the 2-core machine,
+# 2026-11-26); the CPU kernels' loops stay vectorized. COURSE_GLUE_OPT="-O3" (space-separated flags) overrides it.
 GLUE_OPT = os.environ.get("COURSE_GLUE_OPT", "-O1 -ftree-vectorize").split()
 
 
@@ -273,8 +274,8 @@ def _digest(*parts) -> str:
 # The precompiled torch header: parsed once per machine, shared by every op's .cpp glue
 # --------------------------------------------------------------------------------------------------
 
-# What the ops' .cpp glue includes (kernels/checks.h and the .cpp files). A glue file that includes less
-# still compiles with it; one that includes more parses the rest as usual.
+# What the ops' .cpp glue includes (kernels/checks.h, library.h and the .cpp files). A glue file that includes
+# less still compiles with it; one that includes more parses the rest as usual.
 PCH_HEADER = """\
 // torch_pch.h, written by helpers/loader.py: the torch headers the ops' .cpp glue includes, precompiled
 // once (torch_pch.h.gch beside this file) and put in front of each glue file with -include.
@@ -282,19 +283,28 @@ PCH_HEADER = """\
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 #include <torch/autograd.h>
-#include <torch/csrc/utils/pybind.h>
 #include <torch/library.h>
 #ifdef WITH_CUDA
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
 """
+# What a file that binds a Python module (PYBIND11_MODULE) includes besides: the binding PCH is PCH_HEADER
+# and this. Two PCHs, because pybind11's headers make every file that includes them emit ~100 kB of
+# pybind11's inline functions: 1.7 s more per file on the 2-core machine (an empty file with the binding PCH
+# 3.4 s, with the plain one 1.7 s), which an op's files without a binding (NAME.autograd.cpp) need not pay.
+PCH_BINDING = "#include <torch/csrc/utils/pybind.h>\n"
 _TORCH_INCLUDE = re.compile(r"^\s*#\s*include\s*<(?:torch|ATen|c10|pybind11)/", re.M)
+_BINDING_INCLUDE = re.compile(r"^\s*#\s*include\s*<(?:torch/csrc/utils/pybind\.h|torch/extension\.h|pybind11/)", re.M)
 _PCH_NOT_USED = re.compile(r"^.*\.gch.*(?:not used because|not a PCH|Winvalid-pch).*$", re.M)
 
 
 def _includes_torch(deps: list[Path]) -> bool:
     return any(_TORCH_INCLUDE.search(d.read_text(errors="replace")) for d in deps)
+
+
+def _binds_python(deps: list[Path]) -> bool:
+    return any(_BINDING_INCLUDE.search(d.read_text(errors="replace")) for d in deps)
 
 
 def _pch_enabled() -> bool:
@@ -309,14 +319,18 @@ def _pch_enabled() -> bool:
     return ident not in ("missing", "unknown") and "clang" not in ident
 
 
-def _pch_header(flags: list[str]) -> Path:
+def _pch_text(binding: bool) -> str:
+    return PCH_HEADER + (PCH_BINDING if binding else "")
+
+
+def _pch_header(flags: list[str], binding: bool = False) -> Path:
     """Where the precompiled header for these exact flags lives (nothing is built here): its key covers
     the compiler, the flags, torch and Python versions and the header's text, and it is part of the
-    glue's compile command, so of its object's hash."""
+    glue's compile command, so of its object's hash. binding: the one for files that bind a Python module."""
     import torch
 
     ident = f"{_compiler_id(_cxx())} torch {torch.__version__} py {sys.version_info[:3]}"
-    key = _digest(ident, shlex.join(flags), PCH_HEADER)
+    key = _digest(ident, shlex.join(flags), _pch_text(binding))
     return _env.cache_root() / "pch" / key / "torch_pch.h"
 
 
@@ -324,7 +338,7 @@ def _pch_command(header: Path, flags: list[str], out: Path) -> list[str]:
     return [*flags, "-x", "c++-header", str(header), "-o", str(out)]
 
 
-def _ensure_pch(header: Path, flags: list[str]) -> str:
+def _ensure_pch(header: Path, flags: list[str], text: str) -> str:
     """Build `header`.gch once (a lock, then an atomic rename, so concurrent builds wait and then reuse
     it): "built", "cached", or "failed" when it cannot be built (glue files then compile without it).
     Runs beside the first op's compiles, so it prints only a failure."""
@@ -341,7 +355,7 @@ def _ensure_pch(header: Path, flags: list[str]) -> str:
         if failed.exists():
             return "failed"
         if not header.exists():
-            _atomic(header, lambda tmp: tmp.write_text(PCH_HEADER))
+            _atomic(header, lambda tmp: tmp.write_text(text))
         try:
             _atomic(gch, lambda tmp: _run(_pch_command(header, flags, tmp), "precompiling torch's headers"))
         except BuildError as e:
@@ -496,10 +510,12 @@ def _atomic(target: Path, build) -> None:
 
 
 def sources_for(name: str) -> list[Path]:
-    """An op's translation units: kernels/NAME.cpp (the PyTorch glue, the only one that includes torch
-    headers), kernels/NAME.cu (kernels and launchers), and its parts kernels/NAME.PART.cpp / .cu, which
-    include no torch headers either: an exercise's TUs (NAME.exercises.cpp / .cu compile the learner's
-    headers) or architecture-specific kernels (NAME.hopper.cu). Editing a part recompiles only that part."""
+    """An op's translation units: kernels/NAME.cpp (the PyTorch glue and the Python binding), kernels/NAME.cu
+    (kernels and launchers), and its parts kernels/NAME.PART.cpp / .cu. Parts that include no torch headers:
+    an exercise's TUs (NAME.exercises.cpp / .cu compile the learner's headers) or architecture-specific
+    kernels (NAME.hopper.cu). Parts with torch headers split a large glue so that its pieces compile in
+    parallel: NAME.autograd.cpp (the Autograd kernels, which call the ops through the dispatcher) and
+    NAME.cpu.cpp (the CPU loops). Editing a part recompiles only that part."""
     found = [KERNELS / f"{name}{ext}" for ext in (".cpp", ".cu") if (KERNELS / f"{name}{ext}").exists()]
     if not found:
         raise FileNotFoundError(f"no kernels/{name}.cpp or kernels/{name}.cu")
@@ -547,8 +563,9 @@ def load(
     build_dir = _env.cache_root() / name
     (build_dir / "obj").mkdir(parents=True, exist_ok=True)
     torch_flags = _torch_flags(cuda, list(extra_cflags), debug) if cpp else []
-    pch = _pch_header(torch_flags) if cpp and _pch_enabled() else None
-    use_pch = ["-Winvalid-pch", "-include", str(pch)]
+    # The precompiled torch headers: one for files that bind a Python module, one for those that do not.
+    pchs = {b: _pch_header(torch_flags, b) for b in (False, True)} if cpp and _pch_enabled() else {}
+    use_pch = {b: ["-Winvalid-pch", "-include", str(h)] for b, h in pchs.items()}
     for group, (cmd, ident) in (
         (cpp, _cpp_command(name, cuda, includes, list(extra_cflags), debug)),
         (
@@ -558,7 +575,7 @@ def load(
     ):
         for s in group:
             deps = _local_deps(s.resolve(), includes)
-            c = [*cmd, *use_pch] if pch and s.suffix != ".cu" and _includes_torch(deps) else cmd
+            c = [*cmd, *use_pch[_binds_python(deps)]] if pchs and s.suffix != ".cu" and _includes_torch(deps) else cmd
             # The include folders are left out of the key: the course headers they resolved to (path and
             # content) are in it. So the torch glue, which includes no exercise header, is one object for the
             # stubs, the solutions and every wrong answer a test builds.
@@ -595,13 +612,14 @@ def load(
     if todo or not so.exists():
         with _Lock(build_dir / "lock"):
             todo = [j for j in jobs if not j[2].exists()]  # another process may have built them meanwhile
-            pch_job = None
-            if pch and any(c[-3:] == use_pch for _, c, _ in todo) and not pch.with_name(pch.name + ".gch").exists():
-                # No PCH yet (the first op on this machine): precompile it beside this op's compiles, which go
-                # without it, into the same object files (the same code: the header only includes torch's).
-                todo = [(s, c[:-3] if c[-3:] == use_pch else c, o) for s, c, o in todo]
-                pch_job = concurrent.futures.ThreadPoolExecutor(1)
-                pch_state = pch_job.submit(_ensure_pch, pch, torch_flags)
+            pch_job, pch_states = None, []
+            missing = {b: h for b, h in pchs.items() if not h.with_name(h.name + ".gch").exists()}
+            if missing and any(_pch_of(c) in missing.values() for _, c, _ in todo):
+                # No PCH yet (the first op on this machine): precompile both beside this op's compiles, which go
+                # without one, into the same object files (the same code: the headers only include torch's).
+                todo = [(s, c[:-3] if _pch_of(c) in missing.values() else c, o) for s, c, o in todo]
+                pch_job = concurrent.futures.ThreadPoolExecutor(len(missing))
+                pch_states = [pch_job.submit(_ensure_pch, h, torch_flags, _pch_text(b)) for b, h in missing.items()]
             if todo or not so.exists():
                 what = ", ".join(s.name for s, _, _ in todo) or "link only"
                 arch_note = (
@@ -620,15 +638,20 @@ def load(
                             linked, link_seconds = True, time.time() - t_link
                     finally:
                         if pch_job:
-                            pch_built = pch_state.result() == "built"
+                            pch_built = any(state.result() == "built" for state in pch_states)
                             pch_job.shutdown()
     module = _import(name, so)
-    with_pch = pch if pch and any(c[-3:] == use_pch for _, c, _ in todo or jobs) else None
+    with_pch = next((_pch_of(c) for _, c, _ in todo or jobs if _pch_of(c)), None)
     compiled = [s.name for s, _, _ in todo]
     last_build = Build(name, so, time.time() - t0, compiled, linked, with_pch, pch_built, link_seconds, tu_seconds)
     if verbose:
         print(f"{name}: {so} ({last_build.seconds:.2f} s, compiled {last_build.compiled or 'nothing'})")
     return module
+
+
+def _pch_of(cmd: list[str]) -> Path | None:
+    """The precompiled header a compile command uses (None: none)."""
+    return Path(cmd[-1]) if len(cmd) >= 3 and cmd[-3] == "-Winvalid-pch" else None
 
 
 def _compile_all(todo, verbose: bool) -> dict[str, float]:

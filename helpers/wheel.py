@@ -211,8 +211,8 @@ STABLE_ABI_USES = [
 
 
 def stable_abi_table() -> list[dict]:
-    """For each thing the course's C++ glue uses (STABLE_ABI_USES): how many kernels/*.cpp files use it, directly
-    or through a course header, and where torch's stable ABI headers have its counterpart (None: nowhere)."""
+    """For each thing the course's C++ glue uses (STABLE_ABI_USES): how many ops' glue files (kernels/NAME.cpp with
+    its .cpp parts) use it, directly or through a course header, and where torch's stable ABI headers have its counterpart (None: nowhere)."""
     import re
 
     import torch
@@ -227,8 +227,12 @@ def stable_abi_table() -> list[dict]:
     ]
     stable_text = {p: p.read_text(errors="replace") for p in stable if p.is_file()}
     glue = sorted(p for p in env.KERNELS.glob("*.cpp") if "." not in p.stem)
-    texts = {
-        p.name: "".join(d.read_text(errors="replace") for d in loader._local_deps(p, [env.KERNELS / "solutions"]))
+    texts = {  # an op's glue: NAME.cpp and its .cpp parts (NAME.autograd.cpp, ...), with the headers they include
+        p.name: "".join(
+            d.read_text(errors="replace")
+            for part in [p, *sorted(env.KERNELS.glob(f"{p.stem}.*.cpp"))]
+            for d in loader._local_deps(part, [env.KERNELS / "solutions"])
+        )
         for p in glue
     }
     rows = []

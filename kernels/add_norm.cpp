@@ -19,6 +19,7 @@
 // add_layer_norm gives what native `layer_norm(x + residual)` gives under autocast: h in the inputs'
 // dtype, y in float32 (layer_norm is on autocast's float32 list).
 #include <ATen/autocast_mode.h>
+#include <torch/csrc/utils/pybind.h>  // PYBIND11_MODULE: this file binds the Python module
 
 #include <array>
 #include <tuple>

@@ -1,4 +1,4 @@
-// kernels/blocked_sum.h: the row sum of the norms' CPU implementations (kernels/layernorm.cpp, lesson 03;
+// kernels/blocked_sum.h: the row sum of the norms' CPU implementations (kernels/layernorm.cpu.cpp, lesson 03;
 // kernels/rmsnorm_cpu.h, lesson 05). No torch headers.
 //
 //   blocked_sum<acc_t>(n, value)   value(0) + ... + value(n - 1), in blocks of 512 with 8 accumulators

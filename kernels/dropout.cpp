@@ -30,6 +30,7 @@
 // elements in row-major order, so it does not depend on the layout. Math in float32 (float64 for float64).
 #include <ATen/Parallel.h>
 #include <torch/autograd.h>
+#include <torch/csrc/utils/pybind.h>  // PYBIND11_MODULE: this file binds the Python module
 
 #include <algorithm>
 #include <string>

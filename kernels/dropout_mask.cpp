@@ -14,6 +14,7 @@
 #include "dropout_mask.h"
 
 #include <ATen/Parallel.h>
+#include <torch/csrc/utils/pybind.h>  // PYBIND11_MODULE: this file binds the Python module
 
 #include <cmath>
 #include <limits>

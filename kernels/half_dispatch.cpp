@@ -13,6 +13,7 @@
 #include "half_dispatch.h"
 
 #include <ATen/Parallel.h>
+#include <torch/csrc/utils/pybind.h>  // PYBIND11_MODULE: this file binds the Python module
 
 #include <algorithm>
 #include <atomic>

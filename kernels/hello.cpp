@@ -1,5 +1,7 @@
 // kernels/hello.cpp: the PyTorch side of hello.cu: forward(x) = x + 1 for float32 tensors, on the
 // CPU or (in a CUDA build) on the GPU, with the input checks every op in the course has.
+#include <torch/csrc/utils/pybind.h>  // PYBIND11_MODULE: this file binds the Python module
+
 #include "checks.h"
 
 #ifdef WITH_CUDA

@@ -21,7 +21,7 @@
 // version 1, which run the exercises' CPU parts (Part 1 of kernels/exercises/layernorm_warp_reduce.cuh and
 // layernorm_backward_row.cuh, compiled in layernorm.exercises.cpp and declared in layernorm_cpu.h).
 #include <ATen/Parallel.h>
-#include <ATen/autocast_mode.h>
+#include <torch/csrc/utils/pybind.h>  // PYBIND11_MODULE: this file binds the Python module
 
 #include <algorithm>
 #include <array>
@@ -33,7 +33,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "blocked_sum.h"
 #include "checks.h"
 #include "layernorm_choices.h"
 #include "layernorm_cpu.h"
@@ -48,135 +47,6 @@
 #endif
 
 namespace {
-
-// Two passes over the row: the mean, then the mean of squared deviations (see the exercise header), each
-// a blocked_sum (kernels/blocked_sum.h).
-template <typename T, typename acc_t>
-void row_stats(const T* x, int64_t n, acc_t eps, acc_t* mean, acc_t* rstd) {
-  const acc_t mu = blocked_sum<acc_t>(n, [&](int64_t j) { return static_cast<acc_t>(x[j]); }) / n;
-  const acc_t sq = blocked_sum<acc_t>(n, [&](int64_t j) {
-    const acc_t d = static_cast<acc_t>(x[j]) - mu;
-    return d * d;
-  });
-  *mean = mu;
-  *rstd = acc_t(1) / std::sqrt(sq / n + eps);
-}
-
-// The element-wise loops take __restrict__ pointers: told that the output does not alias the inputs, the
-// compiler vectorizes them. P, the parameters' type, is T, or float for a float16/bfloat16 x (mixed).
-template <typename T, typename P, typename acc_t>
-void normalize_row(const T* __restrict__ x, const P* __restrict__ w, const P* __restrict__ b, acc_t mu,
-                   acc_t rs, T* __restrict__ y, int64_t N) {
-  for (int64_t j = 0; j < N; ++j)
-    y[j] = static_cast<T>((static_cast<acc_t>(x[j]) - mu) * rs * static_cast<acc_t>(w[j]) +
-                          static_cast<acc_t>(b[j]));
-}
-
-template <typename T, typename P, typename acc_t>
-void backward_row(const T* __restrict__ x, const T* __restrict__ dy, const P* __restrict__ w, acc_t mu,
-                  acc_t rs, acc_t mg, acc_t mgx, T* __restrict__ dx, acc_t* __restrict__ pw,
-                  acc_t* __restrict__ pb, int64_t N) {
-  for (int64_t j = 0; j < N; ++j) {
-    const acc_t d = static_cast<acc_t>(dy[j]), xh = (static_cast<acc_t>(x[j]) - mu) * rs;
-    dx[j] = static_cast<T>(rs * (d * static_cast<acc_t>(w[j]) - mg - xh * mgx));
-    pw[j] += d * xh;
-    pb[j] += d;
-  }
-}
-
-// The exercises' CPU parts take float or double: a float16 or bfloat16 row goes through float (`buf`), as
-// the math does anyway.
-template <typename T, typename acc_t>
-const acc_t* as_acc(const T* p, int64_t n, std::vector<acc_t>& buf) {
-  if constexpr (std::is_same_v<T, acc_t>) {
-    return p;
-  } else {
-    buf.assign(p, p + n);
-    return buf.data();
-  }
-}
-
-// grad_x of one row by the exercise (layernorm_backward_row.cuh, Part 1), and the row's share of the
-// column sums of grad_weight and grad_bias.
-template <typename T, typename acc_t>
-void backward_row_exercise(const T* x, const T* dy, const acc_t* w, acc_t mu, acc_t rs, T* dx, acc_t* pw,
-                           acc_t* pb, int64_t N, std::vector<acc_t> (&buf)[3]) {
-  const acc_t *xa = as_acc(x, N, buf[0]), *ga = as_acc(dy, N, buf[1]);
-  if constexpr (std::is_same_v<T, acc_t>) {
-    layernorm_exercise_backward_row(ga, xa, w, mu, rs, N, dx);
-  } else {
-    buf[2].assign(N, std::numeric_limits<acc_t>::quiet_NaN());  // what an unfinished exercise leaves
-    layernorm_exercise_backward_row(ga, xa, w, mu, rs, N, buf[2].data());
-    for (int64_t j = 0; j < N; ++j) dx[j] = static_cast<T>(buf[2][j]);
-  }
-  for (int64_t j = 0; j < N; ++j) {
-    pw[j] += ga[j] * (xa[j] - mu) * rs;
-    pb[j] += ga[j];
-  }
-}
-
-template <typename T, typename P, typename acc_t>
-void forward_cpu(const T* x, const P* w, const P* b, T* y, acc_t* mean, acc_t* rstd, int64_t M, int64_t N,
-                 acc_t eps, bool exercise) {
-  at::parallel_for(0, M, std::max<int64_t>(1, 32768 / N), [&](int64_t begin, int64_t end) {
-    std::vector<acc_t> buf;
-    for (int64_t r = begin; r < end; ++r) {
-      const T* xr = x + r * N;
-      mean[r] = rstd[r] = std::numeric_limits<acc_t>::quiet_NaN();  // what an unfinished exercise leaves
-      if (exercise)
-        layernorm_exercise_row_stats(as_acc(xr, N, buf), N, eps, mean + r, rstd + r);
-      else
-        row_stats(xr, N, eps, mean + r, rstd + r);
-      normalize_row(xr, w, b, mean[r], rstd[r], y + r * N, N);
-    }
-  });
-}
-
-// grad_x row by row; grad_weight and grad_bias (each nullptr when not wanted) summed per fixed chunk of
-// rows, then the chunks added in order: the same result whatever the number of threads. `exercise`:
-// grad_x by the exercise (backward v1).
-template <typename T, typename P, typename acc_t>
-void backward_cpu(const T* dy, const T* x, const acc_t* mean, const acc_t* rstd, const P* w, T* dx, P* dw,
-                  P* db, int64_t M, int64_t N, bool exercise) {
-  const int64_t rows_per_chunk = std::max<int64_t>(64, (M + 63) / 64);
-  const int64_t chunks = (M + rows_per_chunk - 1) / rows_per_chunk;
-  std::vector<acc_t> part(chunks * 2 * N, acc_t(0));
-  std::vector<acc_t> w_buf;
-  const acc_t* wa = exercise ? as_acc(w, N, w_buf) : nullptr;
-  at::parallel_for(0, chunks, 1, [&](int64_t cb, int64_t ce) {
-    std::vector<acc_t> buf[3];
-    for (int64_t ch = cb; ch < ce; ++ch) {
-      acc_t* pw = part.data() + ch * 2 * N;
-      acc_t* pb = pw + N;
-      for (int64_t r = ch * rows_per_chunk; r < std::min(M, (ch + 1) * rows_per_chunk); ++r) {
-        const T *xr = x + r * N, *gr = dy + r * N;
-        const acc_t mu = mean[r], rs = rstd[r];
-        if (exercise) {
-          backward_row_exercise(xr, gr, wa, mu, rs, dx + r * N, pw, pb, N, buf);
-          continue;
-        }
-        auto g = [&](int64_t j) { return static_cast<acc_t>(gr[j]) * static_cast<acc_t>(w[j]); };
-        const acc_t mg = blocked_sum<acc_t>(N, g) / N;
-        const acc_t mgx =
-            blocked_sum<acc_t>(N, [&](int64_t j) { return g(j) * (static_cast<acc_t>(xr[j]) - mu) * rs; }) /
-            N;
-        backward_row(xr, gr, w, mu, rs, mg, mgx, dx + r * N, pw, pb, N);
-      }
-    }
-  });
-  if (dw == nullptr && db == nullptr) return;
-  at::parallel_for(0, N, 4096, [&](int64_t jb, int64_t je) {
-    for (int64_t j = jb; j < je; ++j) {
-      acc_t sw = 0, sb = 0;
-      for (int64_t ch = 0; ch < chunks; ++ch) {
-        sw += part[ch * 2 * N + j];
-        sb += part[ch * 2 * N + N + j];
-      }
-      if (dw) dw[j] = static_cast<P>(sw);
-      if (db) db[j] = static_cast<P>(sb);
-    }
-  });
-}
 
 // ---------------------------------------------------------------------------------------------------
 // Input checks
@@ -273,9 +143,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_impl(const at::Tensor& x_
         using P = decltype(param_zero);
         at::Tensor wk, bk;
         std::vector<P> wf, bf;
-        forward_cpu(x.data_ptr<scalar_t>(), cpu_param<P>(weight, N, 1, wk, wf),
-                    cpu_param<P>(bias, N, 0, bk, bf), y.data_ptr<scalar_t>(), mean.data_ptr<acc_t>(),
-                    rstd.data_ptr<acc_t>(), M, N, static_cast<acc_t>(eps), version == 2);
+        layernorm_forward_cpu(x.data_ptr<scalar_t>(), cpu_param<P>(weight, N, 1, wk, wf),
+                              cpu_param<P>(bias, N, 0, bk, bf), y.data_ptr<scalar_t>(),
+                              mean.data_ptr<acc_t>(), rstd.data_ptr<acc_t>(), M, N, static_cast<acc_t>(eps),
+                              version == 2);
       };
       if constexpr (!std::is_same_v<scalar_t, acc_t>)
         if (param_type == at::kFloat) return run(float{});
@@ -338,10 +209,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_impl(
         using P = decltype(param_zero);
         at::Tensor wk;
         std::vector<P> wf;
-        backward_cpu(grad_y.data_ptr<scalar_t>(), x.data_ptr<scalar_t>(), mean.data_ptr<acc_t>(),
-                     rstd.data_ptr<acc_t>(), cpu_param<P>(weight, N, 1, wk, wf), dx.data_ptr<scalar_t>(),
-                     want_w ? grad_w.data_ptr<P>() : nullptr, want_b ? grad_b.data_ptr<P>() : nullptr, M, N,
-                     version == 1);
+        layernorm_backward_cpu(grad_y.data_ptr<scalar_t>(), x.data_ptr<scalar_t>(), mean.data_ptr<acc_t>(),
+                               rstd.data_ptr<acc_t>(), cpu_param<P>(weight, N, 1, wk, wf),
+                               dx.data_ptr<scalar_t>(), want_w ? grad_w.data_ptr<P>() : nullptr,
+                               want_b ? grad_b.data_ptr<P>() : nullptr, M, N, version == 1);
       };
       if constexpr (!std::is_same_v<scalar_t, acc_t>)
         if (param_type == at::kFloat) return run(float{});
@@ -418,8 +289,9 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_y, const at::Tensor& x, 
 //
 // The kernels are forward v3 and backward v2 with kernel "auto", the fastest. Under
 // torch.autocast("cuda") layer_norm runs in float32, as native layer_norm does (it is on autocast's
-// float32 list for CUDA; on the CPU autocast leaves native layer_norm alone, and so ours). The fake kernels
-// torch.compile traces with are in helpers/ops/layernorm.py.
+// float32 list for CUDA; on the CPU autocast leaves native layer_norm alone, and so ours). The Autograd
+// and AutocastCUDA kernels are in layernorm.autograd.cpp; the fake kernels torch.compile traces with are
+// in helpers/ops/layernorm.py.
 // ---------------------------------------------------------------------------------------------------
 
 using ForwardResult = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
@@ -443,98 +315,6 @@ ForwardResult layer_norm_backward_kernel(const at::Tensor& grad_y, const at::Ten
                                          std::array<bool, 3> output_mask) {
   return backward_impl(grad_y, x, normalized_shape, mean, rstd, weight, bias, output_mask, 2,
                        BackwardKernel::kAuto);
-}
-
-// The signatures the dispatcher calls them with (SymInt[]: under torch.compile with dynamic shapes the
-// sizes may be symbols; the CPU and CUDA kernels above only ever see numbers).
-using LayerNormSig = at::Tensor(const at::Tensor&, c10::SymIntArrayRef, const std::optional<at::Tensor>&,
-                                const std::optional<at::Tensor>&, double);
-using ForwardSig = ForwardResult(const at::Tensor&, c10::SymIntArrayRef, const std::optional<at::Tensor>&,
-                                 const std::optional<at::Tensor>&, double);
-using BackwardSig = ForwardResult(const at::Tensor&, const at::Tensor&, c10::SymIntArrayRef,
-                                  const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
-                                  const std::optional<at::Tensor>&, std::array<bool, 3>);
-
-// The backward node autograd runs for course::layer_norm, written by hand (kernels/library.h says why): its
-// edges lead to x, weight and bias (an invalid edge for None or for a tensor that needs no gradient); it
-// holds what backward needs as SavedVariables, which check at unpack time that nothing wrote to them in
-// place since.
-struct LayerNormBackward : torch::autograd::Node {
-  torch::autograd::SavedVariable x, weight, bias, mean, rstd;
-  int64_t dims = 0;
-
-  std::string name() const override { return "LayerNormBackward (course::layer_norm)"; }
-  void release_variables() override {
-    for (auto* v : {&x, &weight, &bias, &mean, &rstd}) v->reset_data();
-  }
-  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
-    static const auto backward_op = op<BackwardSig>("layer_norm_backward");
-    // edge i wants a gradient: false for None (an invalid edge) and for a tensor that needs none
-    const bool want_x = should_compute_output(0), want_w = should_compute_output(1),
-               want_b = should_compute_output(2);
-    if (!grads[0].defined() || !(want_x || want_w || want_b))
-      return {at::Tensor(), at::Tensor(), at::Tensor()};
-    const auto x_ = x.unpack(), w_ = weight.unpack(), b_ = bias.unpack();
-    const auto normalized_shape = x_.sym_sizes().slice(x_.dim() - dims);
-    auto [grad_x, grad_w, grad_b] = [&] {
-      const at::AutoDispatchBelowADInplaceOrView below_autograd;
-      return backward_op.call(grads[0], x_, normalized_shape, mean.unpack(), rstd.unpack(),
-                              w_.defined() ? std::optional<at::Tensor>(w_) : std::nullopt,
-                              b_.defined() ? std::optional<at::Tensor>(b_) : std::nullopt,
-                              {want_x, want_w, want_b});
-    }();
-    return once_differentiable(
-        "layer_norm",
-        {want_x ? grad_x : at::Tensor(), want_w ? grad_w : at::Tensor(), want_b ? grad_b : at::Tensor()},
-        grads);
-  }
-};
-
-// The devices are checked here, before the dispatcher picks the next kernel: it picks by every tensor's
-// device, so a CPU x with a "meta" weight would go to the meta (fake) kernel, not to ours that says what
-// is wrong.
-at::Tensor layer_norm_autograd(const at::Tensor& x, c10::SymIntArrayRef normalized_shape,
-                               const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
-                               double eps) {
-  if (defined(weight)) check_same_device(*weight, "weight", x, "x");
-  if (defined(bias)) check_same_device(*bias, "bias", x, "x");
-  static const auto forward_op = op<ForwardSig>("layer_norm_forward");
-  check_no_forward_ad("layer_norm", x, weight, bias);
-  auto [y, mean, rstd] = [&] {
-    const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return forward_op.call(x, normalized_shape, weight, bias, eps);
-  }();
-  if (torch::autograd::compute_requires_grad(x, weight, bias)) {
-    const auto node =
-        std::shared_ptr<LayerNormBackward>(new LayerNormBackward(), torch::autograd::deleteNode);
-    node->set_next_edges(torch::autograd::collect_next_edges(x, weight, bias));
-    node->x = torch::autograd::SavedVariable(x, false);
-    if (defined(weight)) node->weight = torch::autograd::SavedVariable(*weight, false);
-    if (defined(bias)) node->bias = torch::autograd::SavedVariable(*bias, false);
-    node->mean = torch::autograd::SavedVariable(mean, false);
-    node->rstd = torch::autograd::SavedVariable(rstd, false);
-    node->dims = int64_t(normalized_shape.size());
-    torch::autograd::set_history(y, node);
-  }
-  return y;
-}
-
-const auto& layer_norm_op() {
-  static const auto handle = op<LayerNormSig>("layer_norm");
-  return handle;
-}
-
-// Autocast on CUDA: native layer_norm's rule (float32), applied as ATen's own autocast wrappers do: each
-// floating CUDA tensor that is not float64 cast to float32 (cached_cast keeps a cast of a parameter for
-// the rest of the autocast region), then the op called again with autocast off.
-at::Tensor layer_norm_autocast_cuda(const at::Tensor& x, c10::SymIntArrayRef normalized_shape,
-                                    const std::optional<at::Tensor>& weight,
-                                    const std::optional<at::Tensor>& bias, double eps) {
-  const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCUDA);
-  const auto cuda = c10::DeviceType::CUDA;
-  return layer_norm_op().call(at::autocast::cached_cast(at::kFloat, x, cuda), normalized_shape,
-                              at::autocast::cached_cast(at::kFloat, weight, cuda),
-                              at::autocast::cached_cast(at::kFloat, bias, cuda), eps);
 }
 
 COURSE_LIBRARY(m) {
@@ -561,16 +341,10 @@ TORCH_LIBRARY_IMPL(course, CUDA, m) {
   m.impl("layer_norm_backward", &layer_norm_backward_kernel);
 }
 #endif
-TORCH_LIBRARY_IMPL(course, Autograd, m) { m.impl("layer_norm", &layer_norm_autograd); }
-TORCH_LIBRARY_IMPL(course, AutocastCUDA, m) { m.impl("layer_norm", &layer_norm_autocast_cuda); }
-
-// The registered op called from C++, for lessons that hold the pybind11 module: the same differentiable op
-// as torch.ops.course.layer_norm.
+// The registered op called from C++, for lessons that hold the pybind11 module (layernorm.autograd.cpp).
 at::Tensor layer_norm(const at::Tensor& x, std::vector<int64_t> normalized_shape,
                       const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
-                      double eps) {
-  return layer_norm_op().call(x, c10::fromIntArrayRefSlow(normalized_shape), weight, bias, eps);
-}
+                      double eps);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "LayerNorm over the last dimension, forward and backward (lesson 03)";

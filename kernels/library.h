@@ -15,7 +15,7 @@
 // edited kernel is the one torch.ops calls. A changed schema needs a restart: define() says so.
 //
 // The Autograd kernel: lesson 02's `torch::autograd::Function<T>` (polynomial, fused_bias_relu, ...), or a
-// backward node written by hand (kernels/layernorm.cpp's LayerNormBackward), which is what Function<T>::apply
+// backward node written by hand (kernels/layernorm.autograd.cpp's LayerNormBackward), which is what Function<T>::apply
 // builds, without its generic parts (a context with a string-keyed map, per-input and per-output records,
 // output wrapping for views and in-place writes that a fresh output does not need):
 //   if (torch::autograd::compute_requires_grad(x, weight)) {       grad mode on, some input requires grad
@@ -57,6 +57,18 @@ inline void define(torch::Library& m, const char* schema, const std::vector<at::
   if (now != c10::toString(torch::schema(full.c_str())))  // we cannot throw here: we are inside dlopen
     TORCH_WARN(name, "'s schema changed since it was first loaded in this process (was ", now, ", now ",
                schema, "): restart the Python process (Jupyter: Kernel > Restart) to use the new one");
+}
+
+// Native type promotion for a registered op that takes two floating tensors of different dtypes, as
+// torch.relu(x * scale + bias) does (bfloat16 x and a float32 bias give float32): floating_pair says whether
+// they differ, promoted() is the wider dtype both go to. Anything else (an integer tensor) is left to the
+// op's own checks.
+inline bool floating_pair(const at::Tensor& a, const at::Tensor& b) {
+  return a.defined() && b.defined() && a.scalar_type() != b.scalar_type() &&
+         at::isFloatingType(a.scalar_type()) && at::isFloatingType(b.scalar_type());
+}
+inline at::ScalarType promoted(const at::Tensor& a, const at::Tensor& b) {
+  return c10::promoteTypes(a.scalar_type(), b.scalar_type());
 }
 
 // The op `name` of the course namespace as a typed handle: op<at::Tensor(const at::Tensor&)>("square").

@@ -36,6 +36,7 @@
 // nn.Module.
 #include <ATen/Parallel.h>
 #include <torch/autograd.h>
+#include <torch/csrc/utils/pybind.h>  // PYBIND11_MODULE: this file binds the Python module
 
 #include <algorithm>
 #include <array>

@@ -15,6 +15,7 @@
 // declared in polynomial.h). This file never includes an exercise, so editing one rebuilds in seconds.
 #include <ATen/Parallel.h>
 #include <ATen/autocast_mode.h>
+#include <torch/csrc/utils/pybind.h>  // PYBIND11_MODULE: this file binds the Python module
 
 #include <type_traits>
 #include <vector>

@@ -11,6 +11,7 @@
 // has x's leading shape and is float32 (float64 for float64 x). The CPU code is kernels/rmsnorm_cpu.h (the
 // same for every version); the CUDA launchers are kernels/rmsnorm.cu's.
 #include <ATen/autocast_mode.h>
+#include <torch/csrc/utils/pybind.h>  // PYBIND11_MODULE: this file binds the Python module
 
 #include <array>
 #include <tuple>

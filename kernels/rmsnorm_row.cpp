@@ -12,6 +12,7 @@
 #include "rmsnorm_row.h"
 
 #include <ATen/Parallel.h>
+#include <torch/csrc/utils/pybind.h>  // PYBIND11_MODULE: this file binds the Python module
 
 #include <algorithm>
 #include <cmath>

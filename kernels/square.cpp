@@ -18,6 +18,7 @@
 
 #include <ATen/Parallel.h>
 #include <torch/autograd.h>
+#include <torch/csrc/utils/pybind.h>  // PYBIND11_MODULE: this file binds the Python module
 
 #include "checks.h"
 #include "library.h"

@@ -781,7 +781,7 @@ def test_cuda_graph_capture_of_a_new_none_parameter_size():
 
 
 def test_the_hand_written_node_keeps_autograds_rules(device):
-    """course::layer_norm's backward node is written by hand (kernels/layernorm.cpp): it must still refuse what
+    """course::layer_norm's backward node is written by hand (kernels/layernorm.autograd.cpp): it must still refuse what
     autograd refuses. An input changed in place after the forward, a second backward through a freed graph,
     a forward-mode tangent: each an error, never a silently wrong gradient."""
     x, w, b = inputs((3, 16), torch.float32, device)

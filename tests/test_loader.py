@@ -108,11 +108,12 @@ def test_format_errors_reads_nvcc_and_gcc_styles(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------------
-# The precompiled torch header. A small stand-in (pybind11 only) keeps these tests to seconds; the real
-# one is the same code path with PCH_HEADER's torch headers.
+# The precompiled torch headers. Small stand-ins (pybind11, and <vector> for the binding one) keep these tests
+# to seconds; the real ones are the same code path with PCH_HEADER's torch headers (and PCH_BINDING's).
 # --------------------------------------------------------------------------------------------------
 
 SMALL_PCH = "#include <pybind11/pybind11.h>\n"
+SMALL_BINDING = "#include <vector>\n"
 GLUE = """#include <pybind11/pybind11.h>
 int value();
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("value", &value); }
@@ -124,6 +125,7 @@ def pch_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("COURSE_PCH", "1")  # on by default only with 4+ cores; CI has 2
     monkeypatch.setattr(loader, "PCH_HEADER", SMALL_PCH)
+    monkeypatch.setattr(loader, "PCH_BINDING", SMALL_BINDING)
     for op in ("one", "two"):
         (tmp_path / f"{op}.cpp").write_text(GLUE)
         (tmp_path / f"{op}_value.cpp").write_text(f"int value() {{ return {len(op)}; }}\n")
@@ -145,7 +147,7 @@ def test_pch_is_built_once_and_reused_by_a_second_op(pch_dir, capsys):
     assert load_toy(pch_dir, "one").value() == 3
     first = loader.last_build
     assert first.pch_built and first.pch is None  # built beside the first op, whose glue compiled without it
-    header = loader._pch_header(loader._torch_flags(False, [], False))
+    header = loader._pch_header(loader._torch_flags(False, [], False), binding=True)  # the glue binds a module
     gch = header.with_name("torch_pch.h.gch")
     stamp = gch.stat().st_mtime_ns
     assert load_toy(pch_dir, "two").value() == 3
@@ -162,13 +164,33 @@ def test_the_pch_is_part_of_the_glues_object_hash(pch_dir, monkeypatch):
     load_toy(pch_dir, "one")  # a new PCH: the glue's object is a new one, the torch-free file's is not
     assert loader.last_build.pch_built and loader.last_build.compiled == ["one.cpp"]
     load_toy(pch_dir, "two")
-    assert loader.last_build.pch == loader._pch_header(loader._torch_flags(False, [], False))
+    assert loader.last_build.pch == loader._pch_header(loader._torch_flags(False, [], False), binding=True)
+
+
+@needs_gcc
+def test_a_file_without_a_binding_gets_the_pch_without_pybind11(pch_dir, capsys):
+    """Each file that includes pybind11 compiles its inline functions (1.7 s a file on 2 cores): a torch file
+    that binds no module (an op's NAME.autograd.cpp) gets the PCH without them, the binding file the other."""
+    (pch_dir / "two_plain.cpp").write_text("#include <c10/macros/Macros.h>\nint plain() { return 2; }\n")
+    load_toy(pch_dir, "one")  # precompiles both
+    flags = loader._torch_flags(False, [], False)
+    loader.load(
+        "two", [pch_dir / "two.cpp", pch_dir / "two_plain.cpp", pch_dir / "two_value.cpp"], cuda=False, verbose=True
+    )
+    commands = {
+        line.split(" -c ")[1].split()[0]: line for line in capsys.readouterr().out.splitlines() if line.startswith("$ ")
+    }
+    uses = {Path(src).name: str(h) in cmd for src, cmd in commands.items() for h in [loader._pch_header(flags, True)]}
+    assert uses == {"two.cpp": True, "two_plain.cpp": False, "two_value.cpp": False}, commands
+    plain = str(loader._pch_header(flags, False))
+    assert plain in commands[str(pch_dir / "two_plain.cpp")] and plain not in commands[str(pch_dir / "two.cpp")]
+    assert "-include" not in commands[str(pch_dir / "two_value.cpp")]  # no torch header: no PCH
 
 
 @needs_gcc
 def test_a_stale_pch_is_reported_and_does_not_break_the_build(pch_dir, capsys):
     load_toy(pch_dir, "one")
-    gch = loader._pch_header(loader._torch_flags(False, [], False)).with_name("torch_pch.h.gch")
+    gch = loader._pch_header(loader._torch_flags(False, [], False), binding=True).with_name("torch_pch.h.gch")
     gch.write_bytes(b"not a precompiled header")  # e.g. left by another compiler version
     assert load_toy(pch_dir, "two").value() == 3
     assert "compiled without the precompiled torch header" in capsys.readouterr().out
@@ -192,7 +214,7 @@ def test_a_second_process_waits_for_the_pch_lock(pch_dir):
     lock.write_text(f"{socket.gethostname()} {os.getpid()} 0")  # held by this (live) process
     script = (
         "import sys; from pathlib import Path; from helpers import loader;"
-        f"loader.PCH_HEADER = {SMALL_PCH!r}; d = Path({str(pch_dir)!r});"
+        f"loader.PCH_HEADER = {SMALL_PCH!r}; loader.PCH_BINDING = {SMALL_BINDING!r}; d = Path({str(pch_dir)!r});"
         "m = loader.load('one', [d / 'one.cpp', d / 'one_value.cpp'], cuda=False);"
         "print('value', m.value(), 'pch_built', loader.last_build.pch_built)"
     )
@@ -208,11 +230,14 @@ def test_a_second_process_waits_for_the_pch_lock(pch_dir):
 
 @needs_gcc
 def test_concurrent_builds_of_two_ops_precompile_once(pch_dir):
+    """Two processes building their first op at once precompile each header once between them."""
     script = (
         "import sys; from pathlib import Path; from helpers import loader;"
-        f"loader.PCH_HEADER = {SMALL_PCH!r}; d = Path({str(pch_dir)!r}); op = sys.argv[1];"
+        f"loader.PCH_HEADER = {SMALL_PCH!r}; loader.PCH_BINDING = {SMALL_BINDING!r}; d = Path({str(pch_dir)!r});"
+        "op = sys.argv[1]; run, n = loader._run, [0];"
+        "loader._run = lambda cmd, what: (n.__setitem__(0, n[0] + ('precompiling' in what)), run(cmd, what))[1];"
         "m = loader.load(op, [d / f'{op}.cpp', d / f'{op}_value.cpp'], cuda=False);"
-        "print('value', m.value(), 'pch_built', loader.last_build.pch_built)"
+        "print('value', m.value(), 'precompiled', n[0])"
     )
     procs = [
         subprocess.Popen([sys.executable, "-c", script, op], cwd=ROOT, stdout=subprocess.PIPE, text=True)
@@ -220,7 +245,8 @@ def test_concurrent_builds_of_two_ops_precompile_once(pch_dir):
     ]
     outs = [p.communicate(timeout=300)[0] for p in procs]
     assert all(p.returncode == 0 and "value 3" in o for p, o in zip(procs, outs)), outs
-    assert sum(o.count("pch_built True") for o in outs) == 1, outs
+    counts = [int(o.split("precompiled")[1].split()[0]) for o in outs]
+    assert sum(counts) == 2, outs  # the plain PCH and the binding one, each once
 
 
 def test_a_linker_that_fails_falls_back_to_the_default_one(ext_dir, monkeypatch):

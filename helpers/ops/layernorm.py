@@ -7,7 +7,7 @@ drop-in for ``nn.LayerNorm``.
     y = layer_norm_like_native(x, (4, 8), weight, None)  # F.layer_norm's signature: any trailing dims, None
     LayerNorm((4, 8), elementwise_affine=True, bias=False)  # nn.LayerNorm's arguments
 
-The op's C++ side (kernels/layernorm.cpp) defines three ops with CPU, CUDA, Autograd and (CUDA) Autocast
+The op's C++ side (kernels/layernorm.cpp and layernorm.autograd.cpp) defines three ops with CPU, CUDA, Autograd and (CUDA) Autocast
 kernels; here is what only Python adds, the fake kernels torch.compile traces with:
 
     course::layer_norm(x, normalized_shape, weight?, bias?, eps) -> y
