@@ -18,7 +18,8 @@ per edit. This loader keeps the design that makes edits cheap:
   module, without it for the others. Each takes about 0.5 GB of disk, for CPU builds and again for CUDA
   builds. The glue compiles at -O1 (``GLUE_OPT``), a large op's glue is split into files compiled in
   parallel (``sources_for``), and nvcc splits a ``.cu``'s device optimization across threads
-  (``_split_compile``);
+  (``_split_compile``): a further op's first build is then ~9 s on the 16-core H100 hosts (was ~20 s;
+  results/h100/loader_times_2026-11-26_run3.json);
 * every linked module is cached under the hash of its objects, so re-running a cell or restarting the
   kernel is an import (well under a second), and undoing an edit finds the old module again;
 * outputs are written to a temporary name and renamed, so an interrupted build leaves nothing half
