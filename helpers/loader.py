@@ -524,6 +524,33 @@ def sources_for(name: str) -> list[Path]:
     return found + parts
 
 
+def _unity_enabled() -> bool:
+    """Whether an op's torch glue files compile as one file: by default with fewer than 4 cores, where the
+    parts (NAME.cpp, NAME.autograd.cpp, ...) would not compile side by side but would each parse torch's
+    headers (no PCH there either): on the 2-core machine fused_bias_relu's first build took 20.5 s split and
+    14.7 s as one file (2026-11-26, results/2core/). COURSE_UNITY=1/0 forces it on/off."""
+    choice = os.environ.get("COURSE_UNITY", "").lower()
+    if choice in ("0", "false", "no", "1", "true", "yes"):
+        return choice in ("1", "true", "yes")
+    return (os.cpu_count() or 1) < 4
+
+
+def _unify(name: str, cpp: list[Path], includes: list[Path], build_dir: Path) -> list[Path]:
+    """`cpp`, with its files that include torch headers replaced by one generated file that includes them all
+    (a "unity build") where _unity_enabled() and there are several; the torch-free ones (an exercise's)
+    stay apart, so an exercise edit still recompiles only them."""
+    torch_files = [s for s in cpp if _includes_torch(_local_deps(s.resolve(), includes))]
+    if len(torch_files) < 2 or not _unity_enabled():
+        return cpp
+    unity = build_dir / "unity" / ("+".join(s.stem for s in torch_files) + ".cpp")
+    text = f"// {name}'s glue as one file (helpers/loader.py, _unify): fewer than 4 cores\n"
+    text += "".join(f'#include "{s.resolve()}"\n' for s in torch_files)
+    if not unity.is_file() or unity.read_text() != text:
+        unity.parent.mkdir(parents=True, exist_ok=True)
+        _atomic(unity, lambda tmp: tmp.write_text(text))
+    return [unity] + [s for s in cpp if s not in torch_files]
+
+
 def load(
     name: str,
     sources: list[str | Path] | None = None,
@@ -563,6 +590,7 @@ def load(
     jobs = []  # (source, command, object path)
     build_dir = _env.cache_root() / name
     (build_dir / "obj").mkdir(parents=True, exist_ok=True)
+    cpp = _unify(name, cpp, includes, build_dir)
     torch_flags = _torch_flags(cuda, list(extra_cflags), debug) if cpp else []
     # The precompiled torch headers: one for files that bind a Python module, one for those that do not.
     pchs = {b: _pch_header(torch_flags, b) for b in (False, True)} if cpp and _pch_enabled() else {}

@@ -17,18 +17,21 @@
 // p = 1: its rstd, y = 0 exactly, nothing drawn (as course::dropout). Tagged nondeterministic_seeded (as
 // course::dropout), so that compilers never merge two calls.
 //
-// The pybind11 module (the lesson's), over the last dimension: forward(x, weight, eps=None, p=0.5,
-// train=True, version=1) -> [y, rstd, rng_state]; backward(grad_y, x, rstd, weight, rng_state, p, version=1)
-// -> [grad_x, grad_weight]; rms_norm_dropout(...), the op called from C++.
+// course::rms_norm_dropout_backward(grad_y, x, normalized_shape, rstd, weight?, rng_state, p, output_mask)
+//     -> (grad_x, grad_weight): the op's backward (RmsNormDropoutFunction below, which saves x, weight, rstd
+//     and rng_state, 16 bytes instead of a mask). Backward v2: the mask regenerated as grad_y is read and
+//     RMSNorm's backward in the same pass (kernels/norm_dropout.cu's backward v2, and a CPU loop), 3*M*N
+//     elements, for rows of up to 8 values a thread; longer rows, and p = 0 or 1, take v1:
+//     course::dropout_backward regenerates the mask into grad_y, then course::rms_norm_backward, through
+//     the dispatcher (two ops, so their modules must be loaded: helpers/ops/norm_dropout.py's register()
+//     does that), which writes and reads the masked grad_y once more: 5*M*N elements. v2 keeps the masked
+//     grad_y in the math type instead of rounding it to x's dtype, so float16/bfloat16 gradients differ from
+//     v1's by that rounding. On the H100 (2026-11-26, results/h100/norm_dropout_2026-11-26.csv) v2 ran at
+//     83 % of a copy against v1's 54 % (float32 4096x4096), 57 % against 49 % (bfloat16).
 //
-// The op's backward is v1 (RmsNormDropoutFunction below, saving x, weight, rstd and rng_state, 16 bytes
-// instead of a mask): course::dropout_backward regenerates the mask into grad_y, then
-// course::rms_norm_backward, through the dispatcher (two ops, so their modules must be loaded:
-// helpers/ops/norm_dropout.py's register() does that). That writes and reads the masked grad_y once more:
-// 5*M*N elements. backward(version=2) fuses the two (kernels/norm_dropout.cu's backward v2, and a CPU loop):
-// 3*M*N elements, 2*M*N fewer, for rows of up to 8 values a thread (longer rows: v1); it keeps the masked
-// grad_y in the math type instead of rounding it to x's dtype, so float16/bfloat16 gradients differ from v1's
-// by that rounding. It becomes the op's backward once a GPU run has shown it correct and faster.
+// The pybind11 module (the lesson's), over the last dimension: forward(x, weight, eps=None, p=0.5,
+// train=True, version=1) -> [y, rstd, rng_state]; backward(grad_y, x, rstd, weight, rng_state, p, version=2)
+// -> [grad_x, grad_weight] (version 1: the two ops); rms_norm_dropout(...), the op called from C++.
 //
 // x is [..., *normalized_shape]; weight has shape normalized_shape and x's dtype, float32 beside a
 // float16/bfloat16 x, or is None; eps None is native rms_norm's (kernels/norm_ops.h, whose checks and
@@ -70,6 +73,10 @@ using RmsBackwardSig = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, con
 using DropoutBackwardSig = at::Tensor(const at::Tensor&, const at::Tensor&, double);
 using Sig = Result(const at::Tensor&, c10::SymIntArrayRef, const std::optional<at::Tensor>&,
                    std::optional<double>, double, bool, std::optional<at::Generator>);
+using BackwardSig = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
+                                                       c10::SymIntArrayRef, const at::Tensor&,
+                                                       const std::optional<at::Tensor>&, const at::Tensor&,
+                                                       double, std::array<bool, 2>);
 
 // ------------------------------------------------------------------------------------------------
 // CPU implementation: course::rms_norm's row sum and expression (kernels/rmsnorm_cpu.h), then the mask of
@@ -226,118 +233,34 @@ const auto& rms_norm_dropout_op() {
   return handle;
 }
 
-}  // namespace
-
-// Backward v1: the mask into grad_y (course::dropout_backward), then RMSNorm's backward
-// (course::rms_norm_backward), both through the dispatcher below the Autograd key. Saved: x, weight (None
-// stays None), rstd, rng_state (16 bytes), the p that was applied (0 in eval mode) and how many trailing
-// dimensions are normalized. rstd and rng_state are outputs too, not differentiable.
-class RmsNormDropoutFunction : public torch::autograd::Function<RmsNormDropoutFunction> {
- public:
-  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
-                                                c10::SymIntArrayRef normalized_shape,
-                                                const std::optional<at::Tensor>& weight,
-                                                std::optional<double> eps, double p, bool train,
-                                                std::optional<at::Generator> generator) {
-    const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    auto [y, rstd, state] = rms_norm_dropout_op().call(x, normalized_shape, weight, eps, p, train, generator);
-    ctx->save_for_backward({x, weight.value_or(at::Tensor()), rstd, state});
-    ctx->saved_data["dims"] = int64_t(normalized_shape.size());
-    ctx->saved_data["p"] = train ? p : 0.0;
-    ctx->mark_non_differentiable({rstd, state});
-    return {y, rstd, state};
-  }
-
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    static const auto dropout_backward_op = op<DropoutBackwardSig>("dropout_backward");
-    static const auto rms_backward_op = op<RmsBackwardSig>("rms_norm_backward");
-    const auto saved = ctx->get_saved_variables();
-    const at::Tensor &x = saved[0], &weight = saved[1], &rstd = saved[2], &state = saved[3];
-    const double p = ctx->saved_data["p"].toDouble();
-    const bool want_x = ctx->needs_input_grad(0);
-    const bool want_w = weight.defined() && ctx->needs_input_grad(1);  // counts tensor arguments only
-    const int64_t dims = ctx->saved_data["dims"].toInt();
-    const auto normalized_shape = x.sym_sizes().slice(x.dim() - dims);
-    auto [grad_x, grad_w] = [&] {
-      const at::AutoDispatchBelowADInplaceOrView below_autograd;
-      const at::Tensor g = p > 0 ? dropout_backward_op.call(grads[0], state, p) : grads[0];
-      return rms_backward_op.call(g, x, normalized_shape, rstd, opt(weight), {want_x, want_w});
-    }();
-    // one gradient per argument of forward: x, normalized_shape, weight, eps, p, train, generator
-    return once_differentiable("rms_norm_dropout",
-                               {want_x ? grad_x : at::Tensor(), at::Tensor(), want_w ? grad_w : at::Tensor(),
-                                at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()},
-                               {grads[0]});
-  }
-};
-
-namespace {
-
-Result rms_norm_dropout_autograd(const at::Tensor& x, c10::SymIntArrayRef normalized_shape,
-                                 const std::optional<at::Tensor>& weight, std::optional<double> eps, double p,
-                                 bool train, std::optional<at::Generator> generator) {
-  if (defined(weight)) check_same_device(*weight, "weight", x, "x");
-  const bool grad = at::GradMode::is_enabled() &&
-                    ((x.defined() && x.requires_grad()) || (defined(weight) && weight->requires_grad()));
-  if (!grad) {
-    const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return rms_norm_dropout_op().call(x, normalized_shape, weight, eps, p, train, generator);
-  }
-  auto out = RmsNormDropoutFunction::apply(x, normalized_shape, weight, eps, p, train, generator);
-  return {out[0], out[1], out[2]};
-}
-
-}  // namespace
-
-COURSE_LIBRARY(m) {
-  define(m,
-         "rms_norm_dropout(Tensor x, SymInt[] normalized_shape, Tensor? weight, float? eps, float p, bool "
-         "train, "
-         "Generator? generator=None) -> (Tensor y, Tensor rstd, Tensor rng_state)",
-         {at::Tag::nondeterministic_seeded});
-}
-TORCH_LIBRARY_IMPL(course, CPU, m) { m.impl("rms_norm_dropout", &rms_norm_dropout_kernel); }
-#ifdef WITH_CUDA
-TORCH_LIBRARY_IMPL(course, CUDA, m) { m.impl("rms_norm_dropout", &rms_norm_dropout_kernel); }
-#endif
-TORCH_LIBRARY_IMPL(course, Autograd, m) { m.impl("rms_norm_dropout", &rms_norm_dropout_autograd); }
-
-// The lesson's function (the pybind11 module): over the last dimension, through the op (differentiable).
-std::vector<at::Tensor> forward(const at::Tensor& x, const std::optional<at::Tensor>& weight,
-                                std::optional<double> eps, double p, bool train, int64_t version) {
-  check_version(version, 1);
-  check_not_0d(x, "x");
-  auto [y, rstd, state] =
-      rms_norm_dropout_op().call(x, {x.sym_size(-1)}, weight, eps, p, train, std::nullopt);
-  return {y, rstd, state};
-}
-
-// Backward over the last dimension: v1 the two ops (what the op's autograd runs), v2 the fused pass (kernels/
-// norm_dropout.cu; v1 where a row is too long for it). [grad_x, grad_weight]; grad_weight has weight's dtype
-// (x's for None: the gradient of a weight of ones).
-std::vector<at::Tensor> backward(const at::Tensor& grad_y_in, const at::Tensor& x_in,
-                                 const at::Tensor& rstd_in, const std::optional<at::Tensor>& weight,
-                                 const at::Tensor& rng_state, double p, int64_t version) {
+// Backward, over normalized_shape: v1 the two ops, course::dropout_backward then course::rms_norm_backward
+// (through the dispatcher), v2 the fused pass (kernels/norm_dropout.cu and backward_cpu above; v1 where a
+// row is too long for it, and for p = 0 or 1, where there is no mask to fuse). output_mask: which of grad_x
+// and grad_weight to return, the other an empty [0] tensor (an op returns tensors, never None); grad_weight
+// has normalized_shape and weight's dtype (x's for None: the gradient of a weight of ones).
+std::tuple<at::Tensor, at::Tensor> backward_impl(const at::Tensor& grad_y_in, const at::Tensor& x_in,
+                                                 at::IntArrayRef normalized_shape, const at::Tensor& rstd_in,
+                                                 const std::optional<at::Tensor>& weight,
+                                                 const at::Tensor& rng_state, double p,
+                                                 std::array<bool, 2> output_mask, int64_t version) {
   static const auto dropout_backward_op = op<DropoutBackwardSig>("dropout_backward");
   static const auto rms_backward_op = op<RmsBackwardSig>("rms_norm_backward");
-  check_version(version, 2);
-  check_not_0d(x_in, "x");
-  const int64_t N = check_x(x_in, {x_in.size(-1)});
-  const at::ScalarType param_type = check_params(x_in, {x_in.size(-1)}, {{&weight, "weight"}});
+  const int64_t N = check_x(x_in, normalized_shape);
+  const at::ScalarType param_type = check_params(x_in, normalized_shape, {{&weight, "weight"}});
   check_grad(grad_y_in, "grad_y", x_in, "x");
-  check_stats(rstd_in, "rstd", x_in, x_in.sizes().slice(0, x_in.dim() - 1));
+  check_stats(rstd_in, "rstd", x_in, x_in.sizes().slice(0, x_in.dim() - normalized_shape.size()));
   check_dropout_p(p);
   check_rng_state(rng_state, "rng_state", grad_y_in, "grad_y");
   const auto v1 = [&] {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
     const at::Tensor g = p > 0 ? dropout_backward_op.call(grad_y_in, rng_state, p) : grad_y_in;
-    auto [gx, gw] = rms_backward_op.call(g, x_in, {x_in.sym_size(-1)}, rstd_in, weight, {true, true});
-    return std::vector<at::Tensor>{gx, gw};
+    return rms_backward_op.call(g, x_in, c10::fromIntArrayRefSlow(normalized_shape), rstd_in, weight,
+                                output_mask);
   };
   if (version == 1 || p == 0 || p == 1 || x_in.numel() == 0) return v1();
   const at::Tensor x = x_in.contiguous(), grad_y = grad_y_in.contiguous(), rstd = rstd_in.contiguous();
   const at::Tensor state = rng_state.contiguous();  // alive until the kernel has read it (stream order)
-  at::Tensor grad_x = at::empty_like(x), grad_w = at::empty({N}, x.options().dtype(param_type));
+  at::Tensor grad_x = at::empty_like(x), grad_w = at::empty(normalized_shape, x.options().dtype(param_type));
   const int64_t M = x.numel() / N;
   const uint64_t threshold = philox::drop_threshold(p);
   bool done = true;
@@ -383,6 +306,121 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_y_in, const at::Tensor& 
           run(scalar_t{});
       });
   if (!done) return v1();
+  const auto none = [&](const at::Tensor& t) { return at::empty({0}, t.options()); };
+  return {output_mask[0] ? grad_x : none(grad_x), output_mask[1] ? grad_w : none(grad_w)};
+}
+
+std::tuple<at::Tensor, at::Tensor> rms_norm_dropout_backward_kernel(
+    const at::Tensor& grad_y, const at::Tensor& x, at::IntArrayRef normalized_shape, const at::Tensor& rstd,
+    const std::optional<at::Tensor>& weight, const at::Tensor& rng_state, double p,
+    std::array<bool, 2> output_mask) {
+  return backward_impl(grad_y, x, normalized_shape, rstd, weight, rng_state, p, output_mask, 2);
+}
+
+}  // namespace
+
+// The op's autograd: backward is course::rms_norm_dropout_backward (v2, fused; v1 where it does not apply),
+// through the dispatcher below the Autograd key. Saved: x, weight (None stays None), rstd, rng_state (16
+// bytes), the p that was applied (0 in eval mode) and how many trailing dimensions are normalized. rstd and
+// rng_state are outputs too, not differentiable.
+class RmsNormDropoutFunction : public torch::autograd::Function<RmsNormDropoutFunction> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                                                c10::SymIntArrayRef normalized_shape,
+                                                const std::optional<at::Tensor>& weight,
+                                                std::optional<double> eps, double p, bool train,
+                                                std::optional<at::Generator> generator) {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    auto [y, rstd, state] = rms_norm_dropout_op().call(x, normalized_shape, weight, eps, p, train, generator);
+    ctx->save_for_backward({x, weight.value_or(at::Tensor()), rstd, state});
+    ctx->saved_data["dims"] = int64_t(normalized_shape.size());
+    ctx->saved_data["p"] = train ? p : 0.0;
+    ctx->mark_non_differentiable({rstd, state});
+    return {y, rstd, state};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    static const auto backward_op = op<BackwardSig>("rms_norm_dropout_backward");
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &weight = saved[1], &rstd = saved[2], &state = saved[3];
+    const double p = ctx->saved_data["p"].toDouble();
+    const bool want_x = ctx->needs_input_grad(0);
+    const bool want_w = weight.defined() && ctx->needs_input_grad(1);  // counts tensor arguments only
+    const int64_t dims = ctx->saved_data["dims"].toInt();
+    const auto normalized_shape = x.sym_sizes().slice(x.dim() - dims);
+    auto [grad_x, grad_w] = [&] {
+      const at::AutoDispatchBelowADInplaceOrView below_autograd;
+      return backward_op.call(grads[0], x, normalized_shape, rstd, opt(weight), state, p, {want_x, want_w});
+    }();
+    // one gradient per argument of forward: x, normalized_shape, weight, eps, p, train, generator
+    return once_differentiable("rms_norm_dropout",
+                               {want_x ? grad_x : at::Tensor(), at::Tensor(), want_w ? grad_w : at::Tensor(),
+                                at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()},
+                               {grads[0]});
+  }
+};
+
+namespace {
+
+Result rms_norm_dropout_autograd(const at::Tensor& x, c10::SymIntArrayRef normalized_shape,
+                                 const std::optional<at::Tensor>& weight, std::optional<double> eps, double p,
+                                 bool train, std::optional<at::Generator> generator) {
+  if (defined(weight)) check_same_device(*weight, "weight", x, "x");
+  const bool grad = at::GradMode::is_enabled() &&
+                    ((x.defined() && x.requires_grad()) || (defined(weight) && weight->requires_grad()));
+  if (!grad) {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return rms_norm_dropout_op().call(x, normalized_shape, weight, eps, p, train, generator);
+  }
+  auto out = RmsNormDropoutFunction::apply(x, normalized_shape, weight, eps, p, train, generator);
+  return {out[0], out[1], out[2]};
+}
+
+}  // namespace
+
+COURSE_LIBRARY(m) {
+  define(m,
+         "rms_norm_dropout(Tensor x, SymInt[] normalized_shape, Tensor? weight, float? eps, float p, bool "
+         "train, "
+         "Generator? generator=None) -> (Tensor y, Tensor rstd, Tensor rng_state)",
+         {at::Tag::nondeterministic_seeded});
+  define(m,
+         "rms_norm_dropout_backward(Tensor grad_y, Tensor x, SymInt[] normalized_shape, Tensor rstd, Tensor? "
+         "weight, Tensor rng_state, float p, bool[2] output_mask) -> (Tensor, Tensor)");
+}
+TORCH_LIBRARY_IMPL(course, CPU, m) {
+  m.impl("rms_norm_dropout", &rms_norm_dropout_kernel);
+  m.impl("rms_norm_dropout_backward", &rms_norm_dropout_backward_kernel);
+}
+#ifdef WITH_CUDA
+TORCH_LIBRARY_IMPL(course, CUDA, m) {
+  m.impl("rms_norm_dropout", &rms_norm_dropout_kernel);
+  m.impl("rms_norm_dropout_backward", &rms_norm_dropout_backward_kernel);
+}
+#endif
+TORCH_LIBRARY_IMPL(course, Autograd, m) { m.impl("rms_norm_dropout", &rms_norm_dropout_autograd); }
+
+// The lesson's function (the pybind11 module): over the last dimension, through the op (differentiable).
+std::vector<at::Tensor> forward(const at::Tensor& x, const std::optional<at::Tensor>& weight,
+                                std::optional<double> eps, double p, bool train, int64_t version) {
+  check_version(version, 1);
+  check_not_0d(x, "x");
+  auto [y, rstd, state] =
+      rms_norm_dropout_op().call(x, {x.sym_size(-1)}, weight, eps, p, train, std::nullopt);
+  return {y, rstd, state};
+}
+
+// The lesson's backward, over the last dimension: v1 the two ops, v2 the fused pass (what the op's autograd
+// runs). [grad_x, grad_weight]; grad_weight has weight's dtype (x's for None: the gradient of a weight of
+// ones).
+std::vector<at::Tensor> backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& rstd,
+                                 const std::optional<at::Tensor>& weight, const at::Tensor& rng_state,
+                                 double p, int64_t version) {
+  check_version(version, 2);
+  check_not_0d(x, "x");
+  auto [grad_x, grad_w] =
+      backward_impl(grad_y, x, {x.size(-1)}, rstd, weight, rng_state, p, {true, true}, version);
   return {grad_x, grad_w};
 }
 
@@ -401,9 +439,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("forward", &forward, "[y, rstd, rng_state] over the last dimension", py::arg("x"), py::arg("weight"),
         py::arg("eps") = py::none(), py::arg("p") = 0.5, py::arg("train") = true, py::arg("version") = 1);
   m.def("backward", &backward,
-        "[grad_x, grad_weight] over the last dimension; version 1: the two ops, 2: fused", py::arg("grad_y"),
-        py::arg("x"), py::arg("rstd"), py::arg("weight"), py::arg("rng_state"), py::arg("p"),
-        py::arg("version") = 1);
+        "[grad_x, grad_weight] over the last dimension; version 1: the two ops, 2: fused (the op's)",
+        py::arg("grad_y"), py::arg("x"), py::arg("rstd"), py::arg("weight"), py::arg("rng_state"),
+        py::arg("p"), py::arg("version") = 2);
   m.def("rms_norm_dropout", &rms_norm_dropout,
         "torch.ops.course.rms_norm_dropout: [y, rstd, rng_state], differentiable in x and weight",
         py::arg("x"), py::arg("normalized_shape"), py::arg("weight") = py::none(),

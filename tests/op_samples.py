@@ -910,6 +910,15 @@ def _rms_norm_dropout(t):  # x, normalized_shape, weight, eps, p, train: as _rms
     ]
 
 
+def _rms_norm_dropout_backward(t):  # grad_y, x, normalized_shape, rstd, weight, rng_state, p, output_mask
+    out = []
+    for i, (x, shape, w, eps, p, train) in enumerate(_rms_norm_dropout(t)):
+        _, rstd, state = course_op("rms_norm_dropout")(x, shape, w, eps, p, train)
+        mask = [True, w is not None] if i % 2 == 0 else [True, False]
+        out.append([t(*x.shape, nc=not x.is_contiguous()), x, shape, rstd, w, state, p if train else 0.0, mask])
+    return out
+
+
 def _layer_norm_backward(t):  # grad_y, x, normalized_shape, mean, rstd, weight, bias, output_mask
     out = []
     for i, (x, shape, w, b, eps) in enumerate(_layer_norm(t)):
@@ -1021,6 +1030,7 @@ LIBRARY_OPS = {
         LibraryOp("dropout_backward", "dropout", _dropout_backward),
         # Random, as course::dropout: tests/test_norm_dropout.py has its compile and CUDA graph tests.
         LibraryOp("rms_norm_dropout", "norm_dropout", _rms_norm_dropout, (0, 2)),
+        LibraryOp("rms_norm_dropout_backward", "norm_dropout", _rms_norm_dropout_backward),
     )
 }
 

@@ -124,6 +124,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("value", &value); }
 def pch_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("COURSE_PCH", "1")  # on by default only with 4+ cores; CI has 2
+    monkeypatch.setenv("COURSE_UNITY", "0")  # as with 4+ cores: each file its own compile
     monkeypatch.setattr(loader, "PCH_HEADER", SMALL_PCH)
     monkeypatch.setattr(loader, "PCH_BINDING", SMALL_BINDING)
     for op in ("one", "two"):
@@ -247,6 +248,28 @@ def test_concurrent_builds_of_two_ops_precompile_once(pch_dir):
     assert all(p.returncode == 0 and "value 3" in o for p, o in zip(procs, outs)), outs
     counts = [int(o.split("precompiled")[1].split()[0]) for o in outs]
     assert sum(counts) == 2, outs  # the plain PCH and the binding one, each once
+
+
+def test_with_few_cores_an_ops_torch_files_compile_as_one(tmp_path, monkeypatch):
+    """An op's glue split into parts (NAME.cpp, NAME.autograd.cpp) compiles side by side with 4+ cores; with
+    fewer, as one generated file that includes them (each part would parse torch's headers on its own), and
+    a torch-free part (an exercise's) stays apart, so editing it recompiles it alone."""
+    monkeypatch.setenv("COURSE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("COURSE_PCH", "0")
+    (tmp_path / "op.cpp").write_text(GLUE.replace("int value();", "int value();\nint part();"))
+    (tmp_path / "op.part.cpp").write_text("#include <c10/macros/Macros.h>\nint part() { return 4; }\n")
+    (tmp_path / "op.exercise.cpp").write_text("int part();\nint value() { return part() + 1; }\n")
+    sources = [tmp_path / f for f in ("op.cpp", "op.part.cpp", "op.exercise.cpp")]
+    monkeypatch.setenv("COURSE_UNITY", "0")
+    assert loader.load("op", sources, cuda=False).value() == 5
+    assert sorted(loader.last_build.compiled) == ["op.cpp", "op.exercise.cpp", "op.part.cpp"]
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.delenv("COURSE_UNITY")
+    assert loader.load("op", sources, cuda=False).value() == 5
+    assert loader.last_build.compiled == ["op+op.part.cpp"]  # the exercise's object is the same as before
+    (tmp_path / "op.exercise.cpp").write_text("int part();\nint value() { return part() + 2; }\n")
+    assert loader.load("op", sources, cuda=False).value() == 6
+    assert loader.last_build.compiled == ["op.exercise.cpp"]
 
 
 def test_a_linker_that_fails_falls_back_to_the_default_one(ext_dir, monkeypatch):

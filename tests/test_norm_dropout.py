@@ -151,9 +151,10 @@ def test_manual_seed_reproduces_and_the_next_call_differs(device):
 
 @pytest.mark.parametrize("dtype", FLOATING, ids=str)
 def test_gradients_are_the_unfused_pairs_and_only_16_bytes_of_mask_state_are_kept(device, dtype):
-    """grad_x and grad_weight equal those of course::rms_norm then course::dropout drawn at the same state (the
-    same backward ops; the grad_y they see is the same); autograd keeps x, weight, rstd and the int64 [2]
-    rng_state, no mask."""
+    """grad_x and grad_weight equal those of course::rms_norm then course::dropout drawn at the same state;
+    autograd keeps x, weight, rstd and the int64 [2] rng_state, no mask. The op's backward (v2, fused) keeps
+    the masked grad_y in float32 where the unfused pair rounds it to float16/bfloat16: there, within twice the
+    dtype's tolerance."""
     shape, n = (3, 5, 130), 130
     x0 = torch.randn(shape, dtype=torch.float64).to(device, dtype)
     w0 = torch.randn(n, dtype=torch.float64).to(device, dtype)
@@ -174,8 +175,11 @@ def test_gradients_are_the_unfused_pairs_and_only_16_bytes_of_mask_state_are_kep
                 [(str(dtype), shape), (str(dtype), (n,)), (str(acc_of(dtype)), shape[:-1]), ("torch.int64", (2,))]
             )
             assert kinds == want, f"saved for backward: {kinds}"
+    tol = check.tolerances(dtype)
+    if dtype in (torch.float16, torch.bfloat16):
+        tol = {k: 2 * v for k, v in tol.items()}
     for name, got, want in zip(("grad_x", "grad_weight"), *grads):
-        check.assert_close(got, want, name=name)
+        check.assert_close(got, want, name=name, **tol)
 
 
 def reference_gradients(g, x, w, keep, p):

@@ -52,6 +52,18 @@ def register() -> None:
         acc = torch.float64 if x.dtype == torch.float64 else torch.float32
         return x.new_empty(x.shape), x.new_empty(leading, dtype=acc), x.new_empty((2,), dtype=torch.int64)
 
+    @torch.library.register_fake("course::rms_norm_dropout_backward")
+    def _(grad_y, x, normalized_shape, rstd, weight, rng_state, p, output_mask):
+        _rmsnorm.check_shapes(x, normalized_shape, [("weight", weight)])
+        torch._check(grad_y.shape == x.shape, lambda: f"grad_y must have shape {list(x.shape)}")
+        _dropout.check_p(p)
+        torch._check_value(
+            rng_state.shape == (2,), lambda: f"rng_state must have shape [2], got {list(rng_state.shape)}"
+        )
+        want_x, want_w = output_mask
+        dtype = weight.dtype if weight is not None else x.dtype
+        return x.new_empty(x.shape if want_x else (0,)), x.new_empty(normalized_shape if want_w else (0,), dtype=dtype)
+
 
 def rms_norm_dropout(
     x: torch.Tensor,
