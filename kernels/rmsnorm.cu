@@ -13,7 +13,9 @@
 //   forward v2   forward_kernel / forward_long_kernel (rmsnorm_common.cuh, Norm::kRms), rmsnorm_forward_v2:
 //                lesson 03's forward v3 for RMSNorm: the row in registers as 16-byte packs, a row group of
 //                1 to 32 warps per row, one group sum (of squares) instead of two; rows too long for
-//                registers take one block per row with the row kept in shared memory where it fits.
+//                registers take one block per row with the row kept in shared memory where it fits, or on
+//                sm_90 a thread block cluster of 2 to 8 blocks whose shared memory holds it together
+//                (launch_forward_cluster: float32 N = 65536, bfloat16 from 131072).
 //   backward v1  backward_v1_dx_kernel and backward_v1_dw_kernel, rmsnorm_backward_v1: one warp per row
 //                for grad_x (two reads of the row), one thread per column for grad_weight.
 //   backward v2  backward_kernel and sum_partials_kernel (rmsnorm_common.cuh), rmsnorm_backward_v2:

@@ -9,8 +9,8 @@
 //   load_input, store_y       a pack of the input (x, or x + residual rounded to T and written to h), and
 //                             the one place a kernel writes y (where an epilogue, e.g. dropout, goes)
 //   forward_kernel            rows in registers: a row group of 1 to 32 warps per row, 16-byte packs
-//   forward_long_kernel       one block per row; the row kept in shared memory where it fits, else read
-//                             again (from L2)
+//   forward_long_kernel       one block per row, or a cluster of 2-8 blocks per row (sm_90); the row kept in
+//                             shared memory where it fits, else read again (from L2)
 //   backward_kernel           a persistent grid of row groups, rows in registers with the next one in flight,
 //                             grad_weight (and grad_bias) summed per block in shared memory, one row of
 //                             partial sums per block
@@ -184,10 +184,13 @@ __global__ __launch_bounds__(1024) void forward_kernel(const T* __restrict__ x, 
   }
 }
 
-// Rows too long for registers: one block per row. The first pass loads four packs per thread at a time (64
-// bytes in flight per thread), keeps the row in shared memory (`keep`, where it fits) and sums; the others
-// read the row from there, or (too long for shared memory) again from global memory, mostly from L2.
-template <typename T, Norm kNorm, bool kAdd, int kVec>
+// Rows too long for registers: one block per row, or (kCluster > 1, sm_90) a thread block cluster of kCluster
+// blocks per row, block r taking slice r of the row's packs, the row sums meeting through distributed shared
+// memory (cluster_sum): for rows too long for one block's shared memory but not for the cluster's. The first
+// pass loads four packs per thread at a time (64 bytes in flight per thread), keeps the (slice of the) row in
+// shared memory (`keep`, where it fits) and sums; the others read it from there, or (too long for shared
+// memory) again from global memory, mostly from L2.
+template <typename T, Norm kNorm, bool kAdd, int kVec, int kCluster = 1>
 __global__ __launch_bounds__(1024) void forward_long_kernel(
     const T* __restrict__ x, const T* __restrict__ res, const T* __restrict__ w, const T* __restrict__ b,
     T* __restrict__ y, T* __restrict__ h, Acc<T>* __restrict__ mean, Acc<T>* __restrict__ rstd, int N,
@@ -197,50 +200,55 @@ __global__ __launch_bounds__(1024) void forward_long_kernel(
   extern __shared__ float4 smem_[];
   T* kept = reinterpret_cast<T*>(smem_);
   __shared__ acc_t buf[2][32];
-  const int64_t row = blockIdx.x;
-  const int packs = N / kVec;
+  __shared__ acc_t slots[2][1];  // cluster_sum's
+  const int64_t row = blockIdx.x / kCluster;
+  const int packs = N / kVec, per = (packs + kCluster - 1) / kCluster;
+  const int lo = kCluster > 1 ? int(blockIdx.x % kCluster) * per : 0;
+  const int hi = kCluster > 1 ? min(packs, lo + per) : packs;  // this block's packs: [lo, hi)
   const T* again = (kAdd ? h : x) + row * N;  // where the later passes read the row when not kept
   const auto reread = [&](int c) {
     Raw<T, kVec> v;
     if (keep)
-      v.load(kept + c * kVec);
+      v.load(kept + (c - lo) * kVec);
     else
       v.load(again + c * kVec);
     return v;
   };
   acc_t s[1] = {0};
-  for (int c0 = threadIdx.x; c0 < packs; c0 += U * blockDim.x) {
+  for (int c0 = lo + threadIdx.x; c0 < hi; c0 += U * blockDim.x) {
     Raw<T, kVec> v[U];
 #pragma unroll
     for (int u = 0; u < U; ++u)
-      if (c0 + u * blockDim.x < packs)
+      if (c0 + u * blockDim.x < hi)
         load_input<T, kVec, kAdd>(v[u], x, res, h, row * N + (c0 + u * blockDim.x) * kVec);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = c0 + u * blockDim.x;
-      if (c < packs) {
-        if (keep) v[u].store(kept + c * kVec);
+      if (c < hi) {
+        if (keep) v[u].store(kept + (c - lo) * kVec);
 #pragma unroll
         for (int k = 0; k < kVec; ++k) s[0] += kNorm == Norm::kRms ? v[u][k] * v[u][k] : v[u][k];
       }
     }
   }
   group_sum(s, buf[0]);  // also makes the kept row (and, not kept, h) visible to the whole block
+  cluster_sum<kCluster>(s, slots[0]);
   acc_t mu = 0, rs;
   if constexpr (kNorm == Norm::kLayer) {
     mu = s[0] / N;
     acc_t q[1] = {0};
-    for (int c = threadIdx.x; c < packs; c += blockDim.x) {
+    for (int c = lo + threadIdx.x; c < hi; c += blockDim.x) {
       const Raw<T, kVec> v = reread(c);
 #pragma unroll
       for (int k = 0; k < kVec; ++k) q[0] += (v[k] - mu) * (v[k] - mu);
     }
     group_sum(q, buf[1]);
+    cluster_sum<kCluster>(q, slots[1]);
     rs = rsqrt_acc(q[0] / N + eps);
   } else {
     rs = rsqrt_acc(s[0] / N + eps);
   }
-  for (int c = threadIdx.x; c < packs; c += blockDim.x) {
+  for (int c = lo + threadIdx.x; c < hi; c += blockDim.x) {
     const Raw<T, kVec> v = reread(c);
     Raw<T, kVec> wv, bv;
     wv.load(w + c * kVec);
@@ -253,10 +261,11 @@ __global__ __launch_bounds__(1024) void forward_long_kernel(
     }
     store_y<T, kVec>(y, row, N, c * kVec, out);
   }
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == 0 && lo == 0) {
     if constexpr (kNorm == Norm::kLayer) mean[row] = mu;
     rstd[row] = rs;
   }
+  cluster_done<kCluster>();
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -550,6 +559,30 @@ bool launch_forward_rows(const T* x, const T* res, const T* w, const T* b, T* y,
   return true;
 }
 
+// forward_long_kernel over a cluster of 2, 4 or 8 blocks per row (the fewest whose slices fit in shared
+// memory), sm_90; false (nothing launched) where none fits.
+template <typename T, Norm kNorm, bool kAdd, int kVec, int kCluster>
+bool launch_forward_cluster(const T* x, const T* res, const T* w, const T* b, T* y, T* h, Acc<T>* mean,
+                            Acc<T>* rstd, int64_t M, int N, Acc<T> eps, cudaStream_t stream) {
+  if constexpr (kCluster > 8) {
+    return false;
+  } else {
+    const int per = ceil_div(N / kVec, kCluster);
+    const size_t bytes = size_t(per) * kVec * sizeof(T);
+    const int threads = per >= 4 * 1024 ? 1024 : 512;
+    const auto kernel = forward_long_kernel<T, kNorm, kAdd, kVec, kCluster>;
+    const bool fits = bytes + 2 * 33 * sizeof(Acc<T>) <=
+                          size_t(device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>()) &&
+                      blocks_per_sm(reinterpret_cast<const void*>(kernel), threads, bytes) > 0;
+    if (!fits)
+      return launch_forward_cluster<T, kNorm, kAdd, kVec, 2 * kCluster>(x, res, w, b, y, h, mean, rstd, M, N,
+                                                                        eps, stream);
+    launch(kernel, dim3(unsigned(M * kCluster)), dim3(threads), bytes, stream, {false, false, kCluster}, x, res,
+           w, b, y, h, mean, rstd, N, eps, true);
+    return true;
+  }
+}
+
 template <typename T, Norm kNorm, bool kAdd, int kVec>
 void launch_forward_long(const T* x, const T* res, const T* w, const T* b, T* y, T* h, Acc<T>* mean,
                          Acc<T>* rstd, int64_t M, int N, Acc<T> eps, cudaStream_t stream) {
@@ -559,6 +592,10 @@ void launch_forward_long(const T* x, const T* res, const T* w, const T* b, T* y,
   const bool keep = bytes + 2 * 32 * sizeof(Acc<T>) <=
                         size_t(device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>()) &&
                     blocks_per_sm(reinterpret_cast<const void*>(kernel), threads, bytes) > 0;
+  // Too long for one block's shared memory: the row over a cluster's (sm_90), else read again.
+  if (!keep && has_clusters() &&
+      launch_forward_cluster<T, kNorm, kAdd, kVec, 2>(x, res, w, b, y, h, mean, rstd, M, N, eps, stream))
+    return;
   kernel<<<unsigned(M), threads, keep ? bytes : 0, stream>>>(x, res, w, b, y, h, mean, rstd, N, eps, keep);
   COURSE_LAUNCH_CHECK();
 }
@@ -571,8 +608,9 @@ void launch_forward_long(const T* x, const T* res, const T* w, const T* b, T* y,
 constexpr int kFwdMaxValues = RMSNORM_FWD_MAX_VALUES;
 
 // The fast forward: rows in registers (16 values per thread, 32 where a row needs more than 1024 threads
-// at 16), else one block per row; one value per pack where the row is not vectorizable. (Rows over a thread
-// block cluster, as backward does, measured slower here: results/h100/rmsnorm_2026-11-26.md.)
+// at 16), else one block per row, or a cluster of blocks per row where one block's shared memory cannot hold
+// it (sm_90); one value per pack where the row is not vectorizable. (Rows in registers over a thread block
+// cluster, as backward does, measured slower: results/h100/rmsnorm_2026-11-26.md.)
 template <typename T, Norm kNorm, bool kAdd>
 void launch_forward(const T* x, const T* res, const T* w, const T* b, T* y, T* h, Acc<T>* mean, Acc<T>* rstd,
                     int64_t M, int N, Acc<T> eps, cudaStream_t stream) {

@@ -13,7 +13,7 @@ from tests.conftest import needs_gpu
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 SHAPES = [(0, 3), (1,), (3, 3), (127, 127), (5, 1151), (67, 4096), (2, 65536)]
-GPU_SHAPES = [(4096, 4096), (9, 16384), (3, 32768), (40, 65536)]
+GPU_SHAPES = [(4096, 4096), (9, 16384), (3, 32768), (40, 65536), (3, 131072)]
 NORMS = {"rms": (an.add_rms_norm, an.reference_rms), "layer": (an.add_layer_norm, an.reference_layer)}
 
 

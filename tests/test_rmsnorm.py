@@ -17,9 +17,10 @@ from tests.conftest import load_solutions, needs_gpu
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 # N = 1, 3, 127, 1151: no 16-byte packs (scalar paths); 4096: packs in registers; 65536: rows too long
-# for registers (the long-row kernels; on the CPU only two rows). M = 0 and 1 included.
+# for registers (the long-row kernels; on the CPU only two rows); on a GPU 131072 and 262144: rows too long
+# for one block's shared memory (sm_90: over a thread block cluster). M = 0 and 1 included.
 SHAPES = [(0, 3), (1,), (3, 3), (127, 127), (5, 1151), (1, 4096), (67, 4096), (2, 65536)]
-GPU_SHAPES = [(4096, 4096), (9, 16384), (3, 32768), (40, 65536), (2, 3, 8192)]
+GPU_SHAPES = [(4096, 4096), (9, 16384), (3, 32768), (40, 65536), (2, 3, 8192), (5, 131072), (2, 262144)]
 
 
 @pytest.fixture(scope="module")
