@@ -140,7 +140,7 @@ SETTINGS = {
     "no clusters, forward 16 values per thread at most": ["-DRMSNORM_NO_CLUSTERS", "-DRMSNORM_FWD_MAX_VALUES=16"],
     "backward next row always prefetched": ["-DRMSNORM_BWD_NO_PREFETCH_FROM=1000"],
 }
-SETTING_SHAPES = [(1024, 16384), (512, 32768), (256, 65536), (2048, 32768), (4096, 4096), (64, 65536)]
+SETTING_SHAPES = [(1024, 16384), (512, 32768), (256, 65536), (2048, 32768), (4096, 4096), (64, 65536), (128, 131072), (64, 262144)]
 
 
 def settings() -> list[dict]:
