@@ -139,6 +139,8 @@ SETTINGS = {
     "no thread block clusters": ["-DRMSNORM_NO_CLUSTERS"],
     "no clusters, forward 16 values per thread at most": ["-DRMSNORM_NO_CLUSTERS", "-DRMSNORM_FWD_MAX_VALUES=16"],
     "backward next row always prefetched": ["-DRMSNORM_BWD_NO_PREFETCH_FROM=1000"],
+    "forward clusters of 64 kB slices": ["-DRMSNORM_FWD_SLICE_BYTES=65536"],
+    "forward clusters of 32 kB slices": ["-DRMSNORM_FWD_SLICE_BYTES=32768"],
 }
 SETTING_SHAPES = [(1024, 16384), (512, 32768), (256, 65536), (2048, 32768), (4096, 4096), (64, 65536), (128, 131072), (64, 262144)]
 

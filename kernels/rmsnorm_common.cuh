@@ -559,8 +559,15 @@ bool launch_forward_rows(const T* x, const T* res, const T* w, const T* b, T* y,
   return true;
 }
 
+// The most bytes of a row one block of a forward cluster keeps (a build-time setting, for tuning): by default
+// as many as its shared memory holds; smaller slices mean more, smaller blocks per SM.
+#ifndef RMSNORM_FWD_SLICE_BYTES
+#define RMSNORM_FWD_SLICE_BYTES (1 << 30)
+#endif
+constexpr size_t kFwdSliceBytes = RMSNORM_FWD_SLICE_BYTES;
+
 // forward_long_kernel over a cluster of 2, 4 or 8 blocks per row (the fewest whose slices fit in shared
-// memory), sm_90; false (nothing launched) where none fits.
+// memory and in kFwdSliceBytes), sm_90; false (nothing launched) where none fits.
 template <typename T, Norm kNorm, bool kAdd, int kVec, int kCluster>
 bool launch_forward_cluster(const T* x, const T* res, const T* w, const T* b, T* y, T* h, Acc<T>* mean,
                             Acc<T>* rstd, int64_t M, int N, Acc<T> eps, cudaStream_t stream) {
@@ -573,6 +580,7 @@ bool launch_forward_cluster(const T* x, const T* res, const T* w, const T* b, T*
     const auto kernel = forward_long_kernel<T, kNorm, kAdd, kVec, kCluster>;
     const bool fits = bytes + 2 * 33 * sizeof(Acc<T>) <=
                           size_t(device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>()) &&
+                      (bytes <= kFwdSliceBytes || kCluster == 8) &&
                       blocks_per_sm(reinterpret_cast<const void*>(kernel), threads, bytes) > 0;
     if (!fits)
       return launch_forward_cluster<T, kNorm, kAdd, kVec, 2 * kCluster>(x, res, w, b, y, h, mean, rstd, M, N,
@@ -593,7 +601,7 @@ void launch_forward_long(const T* x, const T* res, const T* w, const T* b, T* y,
                         size_t(device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>()) &&
                     blocks_per_sm(reinterpret_cast<const void*>(kernel), threads, bytes) > 0;
   // Too long for one block's shared memory: the row over a cluster's (sm_90), else read again.
-  if (!keep && has_clusters() &&
+  if ((!keep || bytes > kFwdSliceBytes) && has_clusters() &&
       launch_forward_cluster<T, kNorm, kAdd, kVec, 2>(x, res, w, b, y, h, mean, rstd, M, N, eps, stream))
     return;
   kernel<<<unsigned(M), threads, keep ? bytes : 0, stream>>>(x, res, w, b, y, h, mean, rstd, N, eps, keep);
