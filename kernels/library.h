@@ -15,9 +15,9 @@
 // edited kernel is the one torch.ops calls. A changed schema needs a restart: define() says so.
 //
 // The Autograd kernel: lesson 02's `torch::autograd::Function<T>` (polynomial, fused_bias_relu, ...), or a
-// backward node written by hand (kernels/layernorm.autograd.cpp's LayerNormBackward), which is what Function<T>::apply
-// builds, without its generic parts (a context with a string-keyed map, per-input and per-output records,
-// output wrapping for views and in-place writes that a fresh output does not need):
+// backward node written by hand (kernels/layernorm.autograd.cpp's LayerNormBackward), which is what
+// Function<T>::apply builds, without its generic parts (a context with a string-keyed map, per-input and
+// per-output records, output wrapping for views and in-place writes that a fresh output does not need):
 //   if (torch::autograd::compute_requires_grad(x, weight)) {       grad mode on, some input requires grad
 //     auto node = std::shared_ptr<MyBackward>(new MyBackward(), torch::autograd::deleteNode);
 //     node->set_next_edges(torch::autograd::collect_next_edges(x, weight));  one edge per input, in order

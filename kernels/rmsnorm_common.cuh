@@ -585,8 +585,8 @@ bool launch_forward_cluster(const T* x, const T* res, const T* w, const T* b, T*
     if (!fits)
       return launch_forward_cluster<T, kNorm, kAdd, kVec, 2 * kCluster>(x, res, w, b, y, h, mean, rstd, M, N,
                                                                         eps, stream);
-    launch(kernel, dim3(unsigned(M * kCluster)), dim3(threads), bytes, stream, {false, false, kCluster}, x, res,
-           w, b, y, h, mean, rstd, N, eps, true);
+    launch(kernel, dim3(unsigned(M * kCluster)), dim3(threads), bytes, stream, {false, false, kCluster}, x,
+           res, w, b, y, h, mean, rstd, N, eps, true);
     return true;
   }
 }
