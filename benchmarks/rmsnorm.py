@@ -142,7 +142,16 @@ SETTINGS = {
     "forward clusters of 64 kB slices": ["-DRMSNORM_FWD_SLICE_BYTES=65536"],
     "forward clusters of 32 kB slices": ["-DRMSNORM_FWD_SLICE_BYTES=32768"],
 }
-SETTING_SHAPES = [(1024, 16384), (512, 32768), (256, 65536), (2048, 32768), (4096, 4096), (64, 65536), (128, 131072), (64, 262144)]
+SETTING_SHAPES = [
+    (1024, 16384),
+    (512, 32768),
+    (256, 65536),
+    (2048, 32768),
+    (4096, 4096),
+    (64, 65536),
+    (128, 131072),
+    (64, 262144),
+]
 
 
 def settings() -> list[dict]:
