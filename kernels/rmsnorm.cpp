@@ -196,39 +196,33 @@ using ForwardSig = ForwardResult(const at::Tensor&, c10::SymIntArrayRef, const s
 using BackwardSig = ForwardResult(const at::Tensor&, const at::Tensor&, c10::SymIntArrayRef,
                                   const at::Tensor&, const std::optional<at::Tensor>&, std::array<bool, 2>);
 
-// forward and backward call the ops through the dispatcher, below the Autograd key (under torch.compile
-// the tensors are fake and go to the fake kernels). Saved: x, weight (None stays None), rstd, and how many
-// trailing dimensions are normalized.
-class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
- public:
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
-                            c10::SymIntArrayRef normalized_shape, const std::optional<at::Tensor>& weight,
-                            std::optional<double> eps) {
-    static const auto forward_op = op<ForwardSig>("rms_norm_forward");
-    const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    auto [y, rstd] = forward_op.call(x, normalized_shape, weight, eps);
-    ctx->save_for_backward({x, weight.value_or(at::Tensor()), rstd});
-    ctx->saved_data["dims"] = int64_t(normalized_shape.size());
-    return y;
-  }
+// The backward node autograd runs for course::rms_norm, written by hand as course::layer_norm's is
+// (kernels/library.h says why; what it costs a step: benchmarks/autograd.py): its edges lead to x and weight
+// (an invalid edge for None or for a tensor that needs no gradient); it holds x, weight and rstd as
+// SavedVariables, which check at unpack time that nothing wrote to them in place since, and how many trailing
+// dimensions are normalized. Backward calls course::rms_norm_backward through the dispatcher, below the
+// Autograd key (under torch.compile the tensors are fake and go to the fake kernels).
+struct RmsNormBackward : torch::autograd::Node {
+  torch::autograd::SavedVariable x, weight, rstd;
+  int64_t dims = 0;
 
-  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
-                                               torch::autograd::tensor_list grads) {
+  std::string name() const override { return "RmsNormBackward (course::rms_norm)"; }
+  void release_variables() override {
+    for (auto* v : {&x, &weight, &rstd}) v->reset_data();
+  }
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
     static const auto backward_op = op<BackwardSig>("rms_norm_backward");
-    const auto saved = ctx->get_saved_variables();
-    const at::Tensor &x = saved[0], &weight = saved[1];
-    const bool want_x = ctx->needs_input_grad(0);
-    const bool want_w = weight.defined() && ctx->needs_input_grad(1);
-    const int64_t dims = ctx->saved_data["dims"].toInt();
-    const auto normalized_shape = x.sym_sizes().slice(x.dim() - dims);
+    const bool want_x = should_compute_output(0), want_w = should_compute_output(1);
+    if (!grads[0].defined() || !(want_x || want_w)) return {at::Tensor(), at::Tensor()};
+    const auto x_ = x.unpack(), w_ = weight.unpack();
+    const auto normalized_shape = x_.sym_sizes().slice(x_.dim() - dims);
     auto [grad_x, grad_w] = [&] {
       const at::AutoDispatchBelowADInplaceOrView below_autograd;
-      return backward_op.call(grads[0], x, normalized_shape, saved[2], opt(weight), {want_x, want_w});
+      return backward_op.call(grads[0], x_, normalized_shape, rstd.unpack(),
+                              w_.defined() ? std::optional<at::Tensor>(w_) : std::nullopt, {want_x, want_w});
     }();
-    // one gradient per argument of forward: x, normalized_shape, weight, eps
-    return once_differentiable(
-        "rms_norm",
-        {want_x ? grad_x : at::Tensor(), at::Tensor(), want_w ? grad_w : at::Tensor(), at::Tensor()}, grads);
+    return once_differentiable("rms_norm", {want_x ? grad_x : at::Tensor(), want_w ? grad_w : at::Tensor()},
+                               grads);
   }
 };
 
@@ -237,7 +231,22 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
 at::Tensor rms_norm_autograd(const at::Tensor& x, c10::SymIntArrayRef normalized_shape,
                              const std::optional<at::Tensor>& weight, std::optional<double> eps) {
   if (defined(weight)) check_same_device(*weight, "weight", x, "x");
-  return RmsNormFunction::apply(x, normalized_shape, weight, eps);
+  static const auto forward_op = op<ForwardSig>("rms_norm_forward");
+  check_no_forward_ad("rms_norm", x, weight);
+  auto [y, rstd] = [&] {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return forward_op.call(x, normalized_shape, weight, eps);
+  }();
+  if (torch::autograd::compute_requires_grad(x, weight)) {
+    const auto node = std::shared_ptr<RmsNormBackward>(new RmsNormBackward(), torch::autograd::deleteNode);
+    node->set_next_edges(torch::autograd::collect_next_edges(x, weight));
+    node->x = torch::autograd::SavedVariable(x, false);
+    if (defined(weight)) node->weight = torch::autograd::SavedVariable(*weight, false);
+    node->rstd = torch::autograd::SavedVariable(rstd, false);
+    node->dims = int64_t(normalized_shape.size());
+    torch::autograd::set_history(y, node);
+  }
+  return y;
 }
 
 const auto& rms_norm_op() {

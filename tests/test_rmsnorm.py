@@ -166,3 +166,28 @@ def test_kernel_file_header_maps_every_kernel():
     launchers = set(re.findall(r"void (rmsnorm_\w+)\(", (loader.KERNELS / "rmsnorm.h").read_text()))
     head = (loader.KERNELS / "rmsnorm.cu").read_text().split("#include")[0]
     assert launchers and all(name in head for name in launchers), sorted(n for n in launchers if n not in head)
+
+
+def test_the_hand_written_node_keeps_autograds_rules(device):
+    """course::rms_norm's backward node is written by hand (RmsNormBackward, as layer_norm's): an input changed
+    in place after the forward, a second backward through a freed graph, a forward-mode tangent are errors;
+    no grad needed, no node."""
+    x = torch.randn(3, 16, device=device).requires_grad_()
+    w = torch.randn(16, device=device).requires_grad_()
+    y = rms.rms_norm(x * 1, (16,), w)
+    assert y.grad_fn.name() == "RmsNormBackward (course::rms_norm)"
+    assert rms.rms_norm(x * 1, (16,), None).grad_fn.next_functions[1][0] is None  # weight None: no edge
+    y.sum().backward()
+    with pytest.raises(RuntimeError, match="second time"):
+        y.sum().backward()
+    h = x * 1
+    y = rms.rms_norm(h, (16,), w)
+    h.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+    import torch.autograd.forward_ad as fwAD
+
+    with fwAD.dual_level(), pytest.raises(RuntimeError, match="course::rms_norm has no forward-mode derivative"):
+        rms.rms_norm(fwAD.make_dual(x.detach(), torch.ones_like(x)), (16,), w)
+    with torch.no_grad():
+        assert rms.rms_norm(x, (16,), w).grad_fn is None
