@@ -32,7 +32,8 @@
 // pack. Everything is computed in Acc<T> (float, double for double inputs) and stored as T.
 // The tuning past v3 and v2 (rows pipelined by cp.async, one backward kernel ending in a grid barrier, TMA
 // bulk copies) is in layernorm.hopper.cu, explained in notebooks/03b_layernorm_hopper.ipynb; the default
-// choice, kAuto (layernorm_choices.h), runs it where it is faster.
+// choice, kAuto (layernorm_choices.h), runs it where it is faster, and sends rows longer than 8192 to
+// lesson 05's norm kernels (layernorm.wide.cu).
 #include "layernorm_common.cuh"
 
 using namespace layernorm;
@@ -366,6 +367,9 @@ void layernorm_forward_v1(const T* x, const T* weight, const T* bias, T* y, Acc<
 template <typename T>
 void layernorm_forward_v3(const T* x, const T* weight, const T* bias, T* y, Acc<T>* mean, Acc<T>* rstd,
                           int64_t M, int N, Acc<T> eps, cudaStream_t stream, ForwardKernel kernel) {
+  if constexpr (sizeof(T) <= 4)  // rows longer than 8192: layernorm.wide.cu (float, half, bf16)
+    if (wide_rows(N, kernel == ForwardKernel::kAuto))
+      return layernorm_forward_wide<T>(x, weight, bias, y, mean, rstd, M, N, eps, stream);
   constexpr int V = kPack16<T>;
   const bool vec = vectorizable<T>(N, {x, weight, bias, y});
   bool done = false;
@@ -406,6 +410,9 @@ void layernorm_backward_v1(const T* grad_y, const T* x, const Acc<T>* mean, cons
 template <typename T>
 int64_t layernorm_backward_v2_workspace(const T* grad_y, const T* x, const T* weight, const T* grad_x,
                                         int64_t M, int N, BackwardKernel kernel) {
+  if constexpr (sizeof(T) <= 4)
+    if (wide_backward_rows<T>(N, kernel == BackwardKernel::kAuto))
+      return layernorm_backward_wide_workspace<T>(grad_y, x, weight, grad_x, M, N);
   return 2 * int64_t(plan_backward_v2<T>(grad_y, x, weight, grad_x, M, N, kernel).blocks) * N;
 }
 
@@ -413,6 +420,10 @@ template <typename T>
 void layernorm_backward_v2(const T* grad_y, const T* x, const Acc<T>* mean, const Acc<T>* rstd,
                            const T* weight, T* grad_x, T* grad_weight, T* grad_bias, Acc<T>* workspace,
                            int64_t M, int N, cudaStream_t stream, BackwardKernel kernel) {
+  if constexpr (sizeof(T) <= 4)  // rows longer than 8192: layernorm.wide.cu (float, half, bf16)
+    if (wide_backward_rows<T>(N, kernel == BackwardKernel::kAuto))
+      return layernorm_backward_wide<T>(grad_y, x, mean, rstd, weight, grad_x, grad_weight, grad_bias,
+                                        workspace, M, N, stream);
   constexpr int V = kPack16<T>;
   constexpr int kScalarPacks = kBwdBytes / 8 / (sizeof(T) > 4 ? 2 : 1);  // 4 floats, 2 doubles
   const BackwardPlan plan = plan_backward_v2<T>(grad_y, x, weight, grad_x, M, N, kernel);

@@ -45,3 +45,25 @@ void layernorm_backward_v2(const T* grad_y, const T* x, const Acc<T>* mean, cons
                            const T* weight, T* grad_x, T* grad_weight, T* grad_bias, Acc<T>* workspace,
                            int64_t M, int N, cudaStream_t stream,
                            BackwardKernel kernel = BackwardKernel::kAuto);
+
+// Rows longer than kWideFrom (layernorm.wide.cu): lesson 05's norm kernels (rmsnorm_common.cuh,
+// Norm::kLayer), which layernorm_forward_v3 and layernorm_backward_v2 run for such rows of float, half and
+// bf16 when `kernel` is kAuto.
+// Backward keeps lesson 03's kernels for 2-byte rows up to 16384, where they measured faster (H100,
+// 2026-11-26: bf16 1024x16384 63.9 % of copy against 49.7 %).
+constexpr int kWideFrom = 8192;
+inline bool wide_rows(int N, bool automatic) { return automatic && N > kWideFrom; }
+template <typename T>
+bool wide_backward_rows(int N, bool automatic) {
+  return wide_rows(N, automatic) && (sizeof(T) >= 4 || N > 2 * kWideFrom);
+}
+template <typename T>
+void layernorm_forward_wide(const T* x, const T* weight, const T* bias, T* y, Acc<T>* mean, Acc<T>* rstd,
+                            int64_t M, int N, Acc<T> eps, cudaStream_t stream);
+template <typename T>
+int64_t layernorm_backward_wide_workspace(const T* grad_y, const T* x, const T* weight, const T* grad_x,
+                                          int64_t M, int N);
+template <typename T>
+void layernorm_backward_wide(const T* grad_y, const T* x, const Acc<T>* mean, const Acc<T>* rstd,
+                             const T* weight, T* grad_x, T* grad_weight, T* grad_bias, Acc<T>* workspace,
+                             int64_t M, int N, cudaStream_t stream);

@@ -9,7 +9,8 @@
 
 // Forward v3 (layernorm.cu; the pipelined kernel is in layernorm.hopper.cu).
 enum class ForwardKernel {
-  kAuto,       // kPipelined on sm_90+ for half/bf16 where the grid does at most 4 rounds, else kRegisters
+  kAuto,       // kPipelined on sm_90+ for half/bf16 where the grid does at most 4 rounds, else kRegisters;
+               // rows longer than 8192: lesson 05's kernels (layernorm.wide.cu)
   kRegisters,  // forward_v3_kernel: one row per row group, loaded straight into registers
   kPipelined,  // forward_v3_pipelined_kernel: a persistent grid, the next row copied to shared memory by
                // cp.async while this one is reduced (half/bf16; kRegisters for float and double)
@@ -17,7 +18,8 @@ enum class ForwardKernel {
 
 // Backward v2 (the row loop is in layernorm.cu; the one-kernel endings are in layernorm.hopper.cu).
 enum class BackwardKernel {
-  kAuto,         // kBulkCopySplitBarrier for half/bf16 on sm_90+, else kCooperative, else kTwoKernels
+  kAuto,         // kBulkCopySplitBarrier for half/bf16 on sm_90+, else kCooperative, else kTwoKernels;
+                 // rows longer than 8192: lesson 05's kernels (layernorm.wide.cu)
   kTwoKernels,   // backward_v2_kernel writes per-block partial column sums, sum_partials_kernel adds them
   kCooperative,  // backward_v2_cooperative_kernel: the same rows, the column sums finished in the same
                  // kernel after a grid-wide barrier (cooperative launch; float, half, bf16)

@@ -188,3 +188,38 @@ def test_benchmark_suite_writes_csv_and_json_with_the_machine(tmp_path, monkeypa
     saved = json.loads((tmp_path / "bench.json").read_text())
     assert saved["machine"]["torch"] == torch.__version__ and saved["rows"][0]["impl"] == "ours"
     assert "== fake on" in capsys.readouterr().out
+
+
+def test_issue16_targets_report_each_missed_point():
+    """benchmarks.rmsnorm.targets: forward >= 0.97x compile and >= 90 % of copy from 2^24, backward >= 1.3x
+    compile and >= 80 %, small batches no slower than native, faster than Liger; met points are not listed."""
+    from benchmarks.rmsnorm import targets
+
+    def row(op, impl, ms, pct=95.0, numel=1 << 24, rows=4096):
+        return dict(op=op, shape="4096x4096", dtype="bfloat16", impl=impl, ms=ms, pct_copy=pct, numel=numel, rows=rows)
+
+    report = targets("ln fwd", "ln bwd", "layernorm")
+    met = [row("ln fwd", "ours", 1.0), row("ln fwd", "torch.compile", 1.0), row("ln bwd", "ours", 1.0, 85.0)]
+    met.append(row("ln bwd", "torch.compile", 1.4))
+    assert report(met).startswith("layernorm targets: 0 points missed")
+    missed = [row("ln fwd", "ours", 1.0, 89.0), row("ln fwd", "torch.compile", 0.9), row("ln fwd", "Liger", 0.99)]
+    missed += [row("ln bwd", "ours", 1.0, 79.0), row("ln bwd", "torch.compile", 1.2)]
+    missed += [row("rms fwd", "ours", 9.0)]  # another op's rows are not this report's
+    text = report(missed)
+    assert text.startswith("layernorm targets: 5 points missed")
+    for what in ("ln fwd 4096x4096 bfloat16: vs compile 0.90", "% copy 0.89", "vs Liger 0.99", "ln bwd", "% copy 0.79"):
+        assert what in text
+    assert "rms fwd" not in text
+
+
+def test_layernorm_grid_measures_every_implementation(monkeypatch):
+    """benchmarks/layernorm_grid.py's measure at a small CPU case (torch.compile replaced by the eager function,
+    to keep CI quick): forward, backward and the eager step, each with ours, native and "torch.compile"."""
+    from benchmarks import layernorm_grid
+
+    monkeypatch.setattr(torch, "compile", lambda f, **kw: f)
+    rows = layernorm_grid.measure(sweep.Case((16, 64), torch.float32, "cpu"))
+    got = {(r["op"], r["impl"]) for r in rows}
+    for op in ("ln fwd", "ln bwd", "ln fwd+bwd autograd"):
+        assert {(op, "ours"), (op, "native"), (op, "torch.compile")} <= got
+    assert all(r["ms"] > 0 and r["shape"] == "16x64" for r in rows)

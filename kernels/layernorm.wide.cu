@@ -1,0 +1,38 @@
+// kernels/layernorm.wide.cu: LayerNorm's rows longer than 8192, with lesson 05's kernels (forward here,
+// backward in layernorm.wide_backward.cu: two files, so that they compile side by side).
+//
+// Lesson 03's kernels hold a row in registers up to 8192 values (forward v3, backward v2); longer rows took
+// forward_v3_long_kernel (Welford's one pass, then the row read again) and the backward pair
+// backward_v2_long_dx_kernel + column_partials_kernel (x and grad_y read twice), which measured 59-64 % of a
+// copy forward and ~40 % backward at N = 32768 and 65536 on the H100 (results/h100/, 2026-11-26). Lesson 05
+// wrote the norm kernels once for RMSNorm and LayerNorm (rmsnorm_common.cuh, Norm::kLayer), with the paths
+// long rows need: 32 values per thread in registers, one block per row with the row in shared memory, a
+// thread block cluster per row on sm_90 (forward), rows over a cluster of 2 blocks (float backward). These
+// files instantiate them for course::layer_norm; layernorm.cu's kAuto sends such rows here (layernorm.h:
+// wide_rows, wide_backward_rows). A kernel asked for by name keeps lesson 03's, and so does double, which
+// no benchmark times.
+//
+//   layernorm_forward_wide            rmsnorm::launch_forward<T, Norm::kLayer, false>
+//   layernorm_backward_wide_workspace rmsnorm::backward_workspace<T, Norm::kLayer>
+//   (layernorm.wide_backward.cu) layernorm_backward_wide           rmsnorm::launch_backward<T, Norm::kLayer,
+//   T>: grad_x, then the partial
+//                                     column sums added into grad_weight and grad_bias in a fixed order
+//                                     (layernorm.wide_backward.cu)
+#include "layernorm.h"
+#include "rmsnorm_common.cuh"
+
+using rmsnorm::Norm;
+
+template <typename T>
+void layernorm_forward_wide(const T* x, const T* weight, const T* bias, T* y, Acc<T>* mean, Acc<T>* rstd,
+                            int64_t M, int N, Acc<T> eps, cudaStream_t stream) {
+  rmsnorm::launch_forward<T, Norm::kLayer, false>(x, nullptr, weight, bias, y, nullptr, mean, rstd, M, N, eps,
+                                                  stream);
+}
+
+#define INSTANTIATE(T)                                                                                      \
+  template void layernorm_forward_wide<T>(const T*, const T*, const T*, T*, Acc<T>*, Acc<T>*, int64_t, int, \
+                                          Acc<T>, cudaStream_t);
+INSTANTIATE(float)
+INSTANTIATE(__half)
+INSTANTIATE(__nv_bfloat16)
