@@ -72,7 +72,9 @@ class Step:
     labels: dict
 
 
-def _step(f, inputs, wrt, grad_y):
+def eager_step(f, inputs, wrt, grad_y):
+    """A step as a training loop runs it: y = f(*inputs), then torch.autograd.grad(y, wrt, grad_y)."""
+
     def run():
         torch.autograd.grad(f(*inputs), wrt, grad_y)
 
@@ -121,7 +123,7 @@ def steps(shape, dtype, device: str, backend: str = "inductor") -> list[Step]:
     out.append(
         Step(
             "poly fwd+bwd autograd",
-            {k: _step(f, (x, c), (x,), gy) for k, f in impls.items()},
+            {k: eager_step(f, (x, c), (x,), gy) for k, f in impls.items()},
             5 * m * n * es,
             labels,
         )
@@ -133,7 +135,7 @@ def steps(shape, dtype, device: str, backend: str = "inductor") -> list[Step]:
     out.append(
         Step(
             "fbr fwd+bwd autograd",
-            {k: _step(f, (x, b), (x, b), gy) for k, f in impls.items()},
+            {k: eager_step(f, (x, b), (x, b), gy) for k, f in impls.items()},
             (5 * m * n + 3 * n) * es,
             labels,
         )
@@ -148,7 +150,7 @@ def steps(shape, dtype, device: str, backend: str = "inductor") -> list[Step]:
     out.append(
         Step(
             "ln fwd+bwd autograd",
-            {k: _step(f, (x, w, bb), (x, w, bb), gy) for k, f in impls.items()},
+            {k: eager_step(f, (x, w, bb), (x, w, bb), gy) for k, f in impls.items()},
             (5 * m * n + 5 * n) * es,
             labels,
         )

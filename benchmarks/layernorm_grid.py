@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks import sweep
-from benchmarks.autograd import liger_layer_norm
+from benchmarks.autograd import eager_step, liger_layer_norm
 from benchmarks.layernorm import native_backward
 from benchmarks.rmsnorm import _grid, targets
 from helpers import bench
@@ -71,12 +71,8 @@ def measure(case: sweep.Case) -> list[dict]:
     impls = {"ours": lambda x, w, b: ln.layer_norm(x, w, b, EPS), "native": native_fwd, "torch.compile": compiled_step}
     if liger is not None:
         impls["Liger"] = lambda x, w, b: liger(x, w, b, EPS)
-
-    def step(f):
-        return lambda: torch.autograd.grad(f(xg, wg, bg), (xg, wg, bg), g)
-
     rows += bench.compare(
-        {k: step(f) for k, f in impls.items()},
+        {k: eager_step(f, (xg, wg, bg), (xg, wg, bg), g) for k, f in impls.items()},
         nbytes=5 * m * n * es,
         device=dev,
         op="ln fwd+bwd autograd",

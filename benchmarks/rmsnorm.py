@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks import sweep
+from benchmarks.autograd import eager_step
 from helpers import bench
 from helpers.ops import extension
 from helpers.ops import rmsnorm as rms
@@ -125,12 +126,8 @@ def measure(case: sweep.Case) -> list[dict]:
     impls = {"ours": lambda x, w: rms.rms_norm(x, (n,), w, EPS), "native": native_fwd, "torch.compile": compiled_step}
     if liger is not None:
         impls["Liger"] = liger
-
-    def step(f):
-        return lambda: torch.autograd.grad(f(xg, wg), (xg, wg), g)
-
     rows += bench.compare(
-        {k: step(f) for k, f in impls.items()},
+        {k: eager_step(f, (xg, wg), (xg, wg), g) for k, f in impls.items()},
         nbytes=5 * m * n * es,
         device=dev,
         op="rms fwd+bwd autograd",
