@@ -145,6 +145,11 @@ SETTINGS = {
     "backward next row always prefetched": ["-DRMSNORM_BWD_NO_PREFETCH_FROM=1000"],
     "forward clusters of 64 kB slices": ["-DRMSNORM_FWD_SLICE_BYTES=65536"],
     "forward clusters of 32 kB slices": ["-DRMSNORM_FWD_SLICE_BYTES=32768"],
+    "backward long rows by the long-row pair (no bulk copies)": ["-DRMSNORM_NO_BULK"],
+    "bulk-copy ring 16 bytes off 128-byte alignment": ["-DRMSNORM_BULK_RING_OFFSET=16"],
+    "bulk-copy ring of up to 6 stages": ["-DRMSNORM_BULK_STAGES=6"],
+    "bulk copies without the next row's early pass 1": ["-DRMSNORM_BULK_PIPE_FROM=99"],
+    "bulk copies for every row from 8192": ["-DRMSNORM_BULK_FROM=8192"],
 }
 SETTING_SHAPES = [
     (1024, 16384),
@@ -158,11 +163,13 @@ SETTING_SHAPES = [
 ]
 
 
-def settings() -> list[dict]:
+def settings(only: list[str] | None = None, backward_only: bool = False) -> list[dict]:
+    """`only`: the settings whose names contain one of these words (and "default"); all by default."""
     from helpers import loader
 
     rows = []
-    exts = {name: loader.load("rmsnorm", extra_cuda_cflags=flags) for name, flags in SETTINGS.items()}
+    chosen = {k: v for k, v in SETTINGS.items() if k == "default" or not only or any(w in k for w in only)}
+    exts = {name: loader.load("rmsnorm", extra_cuda_cflags=flags) for name, flags in chosen.items()}
     for dtype in (torch.float32, torch.bfloat16):
         for m, n in SETTING_SHAPES:
             case = sweep.Case((m, n), dtype, "cuda")
@@ -171,11 +178,12 @@ def settings() -> list[dict]:
             es = case.element_size
             fwd = {name: (lambda e: lambda: e.forward(x, w, EPS))(e) for name, e in exts.items()}
             bwd = {name: (lambda e: lambda: e.backward(g, x, rstd, w))(e) for name, e in exts.items()}
-            rows += bench.compare(fwd, nbytes=2 * m * n * es, device="cuda", op="rms fwd", repeat=3, **case.labels)
+            if not backward_only:
+                rows += bench.compare(fwd, nbytes=2 * m * n * es, device="cuda", op="rms fwd", repeat=3, **case.labels)
             rows += bench.compare(bwd, nbytes=3 * m * n * es, device="cuda", op="rms bwd", repeat=3, **case.labels)
     for r in rows:
         print(
-            f"{r['op']:8} {r['shape']:>11} {r['dtype']:9} {r['impl']:40} {r['ms'] * 1000:8.1f} us {r['pct_copy']:5.1f} %"
+            f"{r['op']:8} {r['shape']:>11} {r['dtype']:9} {r['impl']:50} {r['ms'] * 1000:8.1f} us {r['pct_copy']:5.1f} %"
         )
     return rows
 
@@ -183,5 +191,7 @@ def settings() -> list[dict]:
 if __name__ == "__main__":
     import sys
 
-    if "--settings" in sys.argv:
-        settings()
+    if "--settings" in sys.argv:  # [--only WORD ...] [--backward]
+        words = sys.argv[sys.argv.index("--only") + 1 :] if "--only" in sys.argv else None
+        words = [w for w in words if not w.startswith("--")] if words else None
+        settings(words, backward_only="--backward" in sys.argv)

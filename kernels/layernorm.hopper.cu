@@ -28,6 +28,7 @@
 //   plan_backward_tuned, launch_backward_tuned: the plans and launches of the three backward kernels.
 #include <cooperative_groups.h>
 
+#include "bulk_copy.cuh"  // bulk:: (the Tensor Memory Accelerator's bulk copies and mbarriers)
 #include "layernorm_common.cuh"
 
 using namespace layernorm;
@@ -183,54 +184,6 @@ __global__ __launch_bounds__(1024) void backward_v2_cooperative_kernel(
 // cp.async, which arrives on the same mbarrier. x and grad_y are read from shared memory in both passes,
 // and the column sums live in registers; the end is the cooperative kernel's (a partial row per block, a
 // grid barrier, fixed-order sums), with the partial row added from the groups' registers.
-namespace bulk {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void init(uint64_t* bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void fence_init() {
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-// One arrival that also announces `bytes` of bulk copies to come on this barrier's current phase.
-__device__ __forceinline__ void arrive_expect(uint64_t* bar, uint32_t bytes) {
-  asm volatile(
-      "{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }" ::"r"(smem_addr(bar)),
-      "r"(bytes)
-      : "memory");
-}
-__device__ __forceinline__ void arrive(uint64_t* bar) {
-  asm volatile("{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }" ::"r"(smem_addr(bar))
-               : "memory");
-}
-// `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared memory.
-__device__ __forceinline__ void copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-          smem_addr(dst)),
-      "l"(src), "r"(bytes), "r"(smem_addr(bar))
-      : "memory");
-}
-// 4 bytes by cp.async; the barrier gets this thread's arrival once its earlier cp.asyncs have landed.
-__device__ __forceinline__ void copy4(void* dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
-}
-__device__ __forceinline__ void arrive_after_copies(uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
-}
-__device__ __forceinline__ void wait(uint64_t* bar, uint32_t parity) {
-  uint32_t done = 0;
-  while (!done)
-    asm volatile(
-        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-        : "=r"(done)
-        : "r"(smem_addr(bar)), "r"(parity)
-        : "memory");
-}
-#endif
-}  // namespace bulk
 
 constexpr int kBulkBuffers = 4;  // rounds in flight: 3 (3 and 6 buffers were slower)
 

@@ -24,8 +24,10 @@
 //                a fixed order (no atomics: the same bits on every run). Rows longer than one block holds
 //                at 8 values per thread: float and double over a thread block cluster of 2 blocks on sm_90
 //                (each a slice of the row in registers, the row sums shared through distributed shared
-//                memory), else 16 values per thread; longer rows backward_long_rows_kernel, then
-//                backward_long_cols_kernel.
+//                memory), else 16 values per thread; longer rows on sm_90 backward_bulk_kernel (a cluster
+//                of 1 to 8 blocks per row, the row's slices by bulk copy into shared memory, two rows in
+//                flight: x and grad_y read once), elsewhere backward_long_rows_kernel, then
+//                backward_long_cols_kernel (read twice).
 //
 // Unaligned pointers, or N not a multiple of the pack width, run the same kernels with one value per pack.
 // Everything is computed in Acc<T> (float, double for double inputs) and stored as T.

@@ -16,10 +16,14 @@
 //                             partial sums per block
 //   cluster_sum, cluster_done backward rows over a thread block cluster (sm_90): each block holds a slice
 //                             of the row in registers; the row sums meet through distributed shared memory
-//   backward_long_rows_kernel, backward_long_cols_kernel: rows too long for registers: the two row sums
-//                             by one block per row, then grad_x and the partial column sums by column tiles
+//   backward_bulk_kernel      rows too long for registers, sm_90: a persistent grid of clusters of 1-8 blocks
+//                             per row, the row's slices of x and grad_y arriving by bulk copy (bulk_copy.cuh)
+//                             into a ring of shared-memory stages, two rows in flight while one is worked on
+//   backward_long_rows_kernel, backward_long_cols_kernel: rows too long for registers elsewhere (and for
+//                             backward_bulk_kernel): the two row sums by one block per row, then grad_x and
+//                             the partial column sums by column tiles (x and grad_y read twice)
 //   sum_partials_kernel       adds the partial rows in a fixed order (the same bits on every run)
-//   launch_forward, plan_backward, launch_backward: the host side
+//   launch_forward, plan_backward (plan_rows, plan_bulk), launch_backward: the host side
 //
 // Backward, with xhat = (x - mean) * rstd (mean = 0 for RMSNorm) and g = grad_y * w, per row:
 //   grad_x = rstd * (g - mean(g) - xhat * mean(g * xhat)) [+ grad_h]    (RMSNorm: no mean(g) term)
@@ -30,6 +34,7 @@
 
 #include <type_traits>
 
+#include "bulk_copy.cuh"
 #include "layernorm_common.cuh"
 
 namespace rmsnorm {
@@ -509,6 +514,200 @@ __global__ __launch_bounds__(256) void backward_long_cols_kernel(
   }
 }
 
+// Build-time settings of backward_bulk_kernel, for tuning (benchmarks/rmsnorm.py --settings).
+#ifndef RMSNORM_BULK_STAGES
+#define RMSNORM_BULK_STAGES 4  // the most stages of the ring (6 measured slower for 2-byte types)
+#endif
+#ifndef RMSNORM_BULK_MIN_STAGES
+#define RMSNORM_BULK_MIN_STAGES 3  // the fewest
+#endif
+#ifndef RMSNORM_BULK_RING_OFFSET
+#define RMSNORM_BULK_RING_OFFSET 0  // bytes (a multiple of 16): to measure what the ring's alignment is worth
+#endif
+#ifndef RMSNORM_BULK_PIPE_FROM
+#define RMSNORM_BULK_PIPE_FROM 4  // rings of at least this many stages take the next row's pass 1 early
+#endif
+
+// Rows too long for registers, on sm_90: a persistent grid of thread block clusters of C = 1, 2, 4 or 8
+// blocks (C at run time), each cluster taking rows first, first + G, ... (G clusters), block r of a cluster
+// owning slice r of the columns (n = N / C). The slices of x and grad_y arrive by bulk copy (bulk_copy.cuh:
+// one instruction each, counted by an mbarrier) into a ring of `stages` shared-memory buffers, the next rows'
+// while this one is worked on, so the SM always has rows in flight whatever its threads wait for. Each row:
+// the two row sums from shared memory (group_sum, then cluster_sum through distributed shared memory), then
+// grad_x from shared memory again, and the columns' sums of grad_w and grad_b in registers (kPacks packs of
+// kVec columns per thread); at the end each cluster writes one row of `partials` ([K][G][N]). Why: the
+// long-row pair reads x and grad_y twice from memory (5 M N), this kernel once (3 M N), and the rows in
+// registers over a cluster (backward_kernel with kCluster 4 or 8) stall on each row's barriers with at
+// most one row in flight.
+template <typename T, Norm kNorm, int kVec, int kPacks>
+__global__ __launch_bounds__(1024) void backward_bulk_kernel(
+    const T* __restrict__ dy_, const T* __restrict__ dh_, const T* __restrict__ x_,
+    const Acc<T>* __restrict__ mean, const Acc<T>* __restrict__ rstd, const T* __restrict__ w_,
+    T* __restrict__ dx_, Acc<T>* __restrict__ partials, int64_t M, int N, int stages, bool pipe) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using acc_t = Acc<T>;
+  constexpr int K = kSums<kNorm>;
+  static_assert(sizeof(acc_t) == 4 && kVec % 4 == 0, "float, half and bf16, in 16-byte packs");
+  // the ring (dynamic shared memory), 128-byte aligned: bulk copies into a misaligned ring ran ~10 % slower
+  extern __shared__ __align__(128) unsigned char bulk_smem_[];
+  __shared__ acc_t red[2][32 * K];                           // group_sum's, by parity
+  constexpr int X = 4;                                       // rows of the cluster's exchange in flight
+  __shared__ acc_t slots[X][8][K];                           // the cluster's blocks' row sums, by rank
+  __shared__ alignas(8) uint64_t bars[RMSNORM_BULK_STAGES];  // one mbarrier per stage
+  __shared__ alignas(8) uint64_t xbars[X];                   // one per exchange slot: C arrivals
+  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  const int C = int(cluster.num_blocks()), n = N / C, col0 = int(cluster.block_rank()) * n;
+  const int64_t G = gridDim.x / C, first = blockIdx.x / C;
+  const int64_t rows = first < M ? (M - first + G - 1) / G : 0;  // this cluster's
+  const T *x = x_ + col0, *dy = dy_ + col0, *w = w_ + col0, *dh = dh_ ? dh_ + col0 : nullptr;
+  T* dx = dx_ + col0;
+  T* ring = reinterpret_cast<T*>(bulk_smem_ +
+                                 RMSNORM_BULK_RING_OFFSET);  // stage s: x slice [n], then grad_y slice [n]
+  const uint32_t bytes = uint32_t(n) * sizeof(T);
+  const auto fetch = [&](int64_t k, int s) {  // thread 0: row first + k G into stage s
+    const int64_t row = first + k * G;
+    bulk::arrive_expect(&bars[s], 2 * bytes);
+    bulk::copy(ring + int64_t(s) * 2 * n, x + row * N, bytes, &bars[s]);
+    bulk::copy(ring + int64_t(s) * 2 * n + n, dy + row * N, bytes, &bars[s]);
+  };
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) bulk::init(&bars[s], 1);
+    for (int s = 0; s < X; ++s) bulk::init(&xbars[s], C);
+    bulk::fence_init();
+  }
+  if (C > 1)
+    cluster.sync();  // every block's mbarriers initialized before any block arrives on them
+  else
+    __syncthreads();
+  if (threadIdx.x == 0)
+    for (int s = 0; s < stages && s < rows; ++s) fetch(s, s);
+  const int packs = n / kVec;
+  Raw<T, kVec> wv[kPacks];
+  acc_t aw[kPacks][kVec] = {}, ab[kPacks][kVec] = {};
+#pragma unroll
+  for (int p = 0; p < kPacks; ++p)
+    if (threadIdx.x + p * blockDim.x < packs) wv[p].load(w + (threadIdx.x + p * blockDim.x) * kVec);
+  acc_t mu_pre = 0, rs_pre = 0;  // the statistics of the next row pass 1 takes, loaded a row ahead
+  if (rows > 0) {
+    if constexpr (kNorm == Norm::kLayer) mu_pre = mean[first];
+    rs_pre = rstd[first];
+  }
+  const acc_t inv_n = acc_t(1) / N;
+  // Pass 1 of row k: its statistics (loaded a row ahead), the wait for its stage, the block's two sums, and
+  // (cluster) their delivery to every block of the cluster: thread r < C stores them into block r's slot for
+  // this row and arrives on that slot's mbarrier. A slot is written again X rows later, long after its
+  // block has read it (no block starts row k + 1's exchange before every block has sent its row k sums).
+  const auto pass1 = [&](int64_t k, acc_t& mu, acc_t& rs, acc_t(&sums)[K]) {
+    mu = mu_pre, rs = rs_pre;
+    if (k + 1 < rows) {
+      if constexpr (kNorm == Norm::kLayer) mu_pre = mean[first + (k + 1) * G];
+      rs_pre = rstd[first + (k + 1) * G];
+    }
+    const int s = int(k % stages);
+    const T* xs = ring + int64_t(s) * 2 * n;
+    bulk::wait(&bars[s], uint32_t(k / stages) & 1);
+#pragma unroll
+    for (int q = 0; q < K; ++q) sums[q] = 0;  // of g * xhat, and (LayerNorm) of g, with g = grad_y * w
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+      const int c = threadIdx.x + p * blockDim.x;
+      if (c < packs) {
+        Raw<T, kVec> xv, gv;
+        xv.load(xs + c * kVec);
+        gv.load(xs + n + c * kVec);
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+          const acc_t g = gv[j] * wv[p][j];
+          sums[0] += g * (xv[j] - mu) * rs;
+          if constexpr (K == 2) sums[1] += g;
+        }
+      }
+    }
+    group_sum(sums, red[k & 1]);
+    if (blockDim.x == 32) __syncthreads();  // (group_sum has none of its own for one warp)
+    if (C > 1 && threadIdx.x < C) {
+      const int x = int(k % X);
+#pragma unroll
+      for (int q = 0; q < K; ++q)
+        bulk::store_remote(&slots[x][cluster.block_rank()][q], threadIdx.x, sums[q]);
+      bulk::arrive_remote(&xbars[x], threadIdx.x);
+    }
+  };
+  // The cluster's sums of row k: wait for the C blocks' deliveries, add them in rank order (the same bits
+  // in every block).
+  const auto gather = [&](int64_t k, acc_t(&sums)[K]) {
+    if (C > 1) {
+      const int x = int(k % X);
+      bulk::wait_cluster(&xbars[x], uint32_t(k / X) & 1);
+#pragma unroll
+      for (int q = 0; q < K; ++q) sums[q] = 0;
+      for (int r = 0; r < C; ++r)
+#pragma unroll
+        for (int q = 0; q < K; ++q) sums[q] += slots[x][r][q];
+    }
+  };
+  // Pass 2 of row k: grad_x from its stage, and the column sums.
+  const auto pass2 = [&](int64_t k, acc_t mu, acc_t rs, const acc_t(&sums)[K]) {
+    const int64_t row = first + k * G;
+    const T* xs = ring + int64_t(k % stages) * 2 * n;
+    const acc_t mgx = sums[0] * inv_n, mg = K == 2 ? sums[K - 1] * inv_n : acc_t(0);
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+      const int c = threadIdx.x + p * blockDim.x;
+      if (c < packs) {
+        Raw<T, kVec> xv, gv, hv;
+        xv.load(xs + c * kVec);
+        gv.load(xs + n + c * kVec);
+        if (dh != nullptr) hv.load(dh + row * N + c * kVec);
+        acc_t out[kVec];
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+          const acc_t d = gv[j], xh = (xv[j] - mu) * rs;
+          out[j] = rs * (d * wv[p][j] - mg - xh * mgx);
+          if (dh != nullptr) out[j] += hv[j];
+          aw[p][j] += d * xh;
+          if constexpr (K == 2) ab[p][j] += d;
+        }
+        *reinterpret_cast<Pack<T, kVec>*>(dx + row * N + c * kVec) = to_pack<T>(out);
+      }
+    }
+  };
+  // Row by row; `pipe` (deep rings): row k + 1's pass 1 before row k's gather, so that the cluster's
+  // exchange of row k waits behind work. Each row's stage is refilled after the first block barrier that
+  // follows its pass 2 (in pass 1 of the next row but one, or of the next row with `pipe`).
+  acc_t mu, rs, sums[K], mu1 = 0, rs1 = 0, sums1[K] = {};
+  if (pipe && rows > 0) pass1(0, mu, rs, sums);
+  for (int64_t k = 0; k < rows; ++k) {
+    if (!pipe) pass1(k, mu, rs, sums);
+    if (pipe && k + 1 < rows) pass1(k + 1, mu1, rs1, sums1);
+    if (threadIdx.x == 0 && k >= 1 && k - 1 + stages < rows) fetch(k - 1 + stages, int((k - 1) % stages));
+    gather(k, sums);
+    pass2(k, mu, rs, sums);
+    if (pipe) {
+      mu = mu1, rs = rs1;
+#pragma unroll
+      for (int q = 0; q < K; ++q) sums[q] = sums1[q];
+    }
+  }
+  if (C > 1) cluster.sync();  // (every block has had its last sums: no store into a block that has left)
+#pragma unroll
+  for (int p = 0; p < kPacks; ++p) {
+    const int c = threadIdx.x + p * blockDim.x;
+    if (c < packs)
+#pragma unroll
+      for (int j = 0; j < kVec; j += 4) {
+        *reinterpret_cast<float4*>(partials + first * N + col0 + c * kVec + j) =
+            make_float4(aw[p][j], aw[p][j + 1], aw[p][j + 2], aw[p][j + 3]);
+        if constexpr (K == 2)
+          *reinterpret_cast<float4*>(partials + (G + first) * N + col0 + c * kVec + j) =
+              make_float4(ab[p][j], ab[p][j + 1], ab[p][j + 2], ab[p][j + 3]);
+      }
+  }
+#else
+  __trap();  // never launched: plan_bulk checks that this kernel was built for sm_90 or newer
+#endif
+}
+
 // grad_w (blockIdx.y == 0) or grad_b (1, LayerNorm): the sum of the G partial rows of each column, in row
 // order (the same bits on every run); P is T, or float for float32 parameters beside a half/bf16 x.
 template <typename T, typename P>
@@ -637,8 +836,9 @@ void launch_forward(const T* x, const T* res, const T* w, const T* b, T* y, T* h
 }
 
 // How the fast backward runs. kind 1: backward_kernel, packs of kVec (vectorized) or 1, rows over `cluster`
-// blocks; 2: the long-row pair. blocks: the grid of backward_kernel, or the row slices of the long pair;
-// partial_rows(): the rows of partial sums (one per cluster).
+// blocks; 2: the long-row pair; 3: backward_bulk_kernel over `cluster` blocks per row. blocks: the grid of
+// backward_kernel, or the row slices of the long pair; partial_rows(): the rows of partial sums (one per
+// cluster).
 struct Plan {
   int kind = 0;
   bool vec = false;
@@ -647,6 +847,8 @@ struct Plan {
   dim3 block;
   int blocks = 0;
   size_t smem = 0;
+  int stages = 0;     // kind 3: the ring's
+  bool pipe = false;  // kind 3: the next row's pass 1 before this row's exchange
   int partial_rows() const { return blocks / cluster; }
 };
 
@@ -681,23 +883,123 @@ Plan plan_rows(int64_t M, int N, bool vec) {
   return plan;
 }
 
-// Rows in registers at 8 values of x and of grad_y per thread; for float and double a row up to twice what
-// one block holds that way over a cluster of 2 blocks (sm_90); else 16 values per thread; else the long-row
-// pair, over about 4 column tiles' worth of blocks per SM. (Clusters of 4 and 8, and clusters for 2-byte
-// types, measured slower than the alternatives on the H100: results/h100/rmsnorm_2026-11-26.md.)
+// backward_bulk_kernel's stages: at most 4, at least 3 (two rows in flight while one is worked on).
+constexpr int kBulkStages = RMSNORM_BULK_STAGES, kBulkMinStages = RMSNORM_BULK_MIN_STAGES;
+
+// Clusters of `cluster` blocks of `kernel` resident at once on the current device (cached as blocks_per_sm
+// is: the answer never changes, and asking costs microseconds per call).
+inline int active_clusters(const void* kernel, int threads, size_t smem, int cluster) {
+  struct Fit {
+    int device;
+    const void* kernel;
+    int threads;
+    size_t smem;
+    int cluster, clusters;
+  };
+  static std::mutex mutex;
+  static auto* fits = new std::vector<Fit>();
+  if (blocks_per_sm(kernel, threads, smem) == 0) return 0;  // (also raises the kernel's shared memory limit)
+  if (cluster == 1) return blocks_per_sm(kernel, threads, smem) * num_sms();
+  int device = 0;
+  COURSE_CUDA_CHECK(cudaGetDevice(&device));
+  const std::lock_guard<std::mutex> lock(mutex);
+  for (const Fit& f : *fits)
+    if (f.device == device && f.kernel == kernel && f.threads == threads && f.smem == smem &&
+        f.cluster == cluster)
+      return f.clusters;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(unsigned(cluster));
+  config.blockDim = dim3(unsigned(threads));
+  config.dynamicSmemBytes = smem;
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim = {unsigned(cluster), 1, 1};
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  int clusters = 0;
+  COURSE_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
+  fits->push_back(Fit{device, kernel, threads, smem, cluster, clusters});
+  return clusters;
+}
+
+// backward_bulk_kernel (sm_90, float/half/bf16, 16-byte aligned rows): the fewest blocks per row (1, 2, 4 or
+// 8) whose slices take at most 2 packs per thread of a 1024-thread block (1 for 2-byte types where one can)
+// and leave room for 3 stages of x and grad_y in shared memory; a persistent grid of as many clusters as are
+// resident at once (at most M). No plan (kind 0) where none fits, or the kernel was built for an older GPU.
+template <typename T, Norm kNorm>
+Plan plan_bulk(int64_t M, int N, bool vec) {
+  Plan plan;
+  if constexpr (sizeof(Acc<T>) == 4) {
+    constexpr int V = kPack16<T>;
+    if (!vec || !has_clusters()) return plan;
+    const size_t room = size_t(device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>()) - 1024;  // static
+    // 2 packs per thread spill for 2-byte types (a few bytes; ptxas -v): those try 1 first
+    for (int most = sizeof(T) == 2 ? 1 : 2; most <= 2; ++most)
+      for (int cluster = 1; cluster <= 8; cluster *= 2) {
+        if (N % (cluster * V) != 0) continue;
+        const int packs = N / cluster / V, per = ceil_div(packs, 1024);
+        if (per > most) continue;
+        const size_t stage = 2 * size_t(N / cluster) * sizeof(T);
+        const int stages = int(room / stage < size_t(kBulkStages) ? room / stage : kBulkStages);
+        if (stages < kBulkMinStages) continue;
+        const int threads = ceil_div(ceil_div(packs, per), 32) * 32;
+        const void* fn = per == 1 ? reinterpret_cast<const void*>(backward_bulk_kernel<T, kNorm, V, 1>)
+                                  : reinterpret_cast<const void*>(backward_bulk_kernel<T, kNorm, V, 2>);
+        if (layernorm::ptx_version(fn) < 90) return plan;  // built for an older GPU (its body is a trap)
+        const int clusters = active_clusters(fn, threads, stages * stage + RMSNORM_BULK_RING_OFFSET, cluster);
+        if (clusters == 0) continue;
+        plan.kind = 3;
+        plan.vec = true;
+        plan.packs = per;
+        plan.cluster = cluster;
+        plan.block = dim3(unsigned(threads));
+        plan.blocks = int(clusters < M ? clusters : M) * cluster;
+        plan.smem = stages * stage + RMSNORM_BULK_RING_OFFSET;
+        plan.stages = stages;
+        plan.pipe = stages >= RMSNORM_BULK_PIPE_FROM;
+        return plan;
+      }
+  }
+  return plan;
+}
+
+// Rows of at least this many columns take backward_bulk_kernel where it applies, before the kernels that
+// hold rows in registers (a build-time setting, for tuning; 0: only rows that no register plan takes).
+#ifndef RMSNORM_BULK_FROM
+#define RMSNORM_BULK_FROM 0
+#endif
+#ifdef RMSNORM_NO_BULK
+constexpr bool kBulk = false;
+#else
+constexpr bool kBulk = true;
+#endif
+
+// Rows in registers at 8 values of x and of grad_y per thread; longer float rows by backward_bulk_kernel
+// (sm_90), double ones up to twice what one block holds that way over a cluster of 2 blocks (sm_90); else 16
+// values per thread; else (2-byte types) backward_bulk_kernel; else the long-row pair, over about 4 column
+// tiles' worth of blocks per SM. On the H100 (results/h100/rmsnorm_bulk_backward_2026-11-26.md): rows in
+// registers over clusters of 4 and 8 lost to the long-row pair; backward_bulk_kernel beat the pair
+// everywhere and float rows in registers over a cluster of 2 (RMSNorm 82 % of copy against 81 %, LayerNorm
+// 80 % against 59 % at 1024 x 16384), but not 2-byte rows of 16384 at 16 values per thread (61 % against 66
+// %).
 template <typename T, Norm kNorm>
 Plan plan_backward(const T* dy, const T* dh, const T* x, const T* w, const T* dx, int64_t M, int N) {
   constexpr int V = kPack16<T>, P8 = 8 / V > 0 ? 8 / V : 1;
   const bool vec = vectorizable<T>(N, {dy, dh ? dh : dy, x, w, dx});
   Plan plan;
+  if (kBulk && RMSNORM_BULK_FROM > 0 && N >= RMSNORM_BULK_FROM) plan = plan_bulk<T, kNorm>(M, N, vec);
+  if (plan.kind != 0) return plan;
   if (vec) {
     plan = plan_rows<T, kNorm, V, P8>(M, N, true);
+    if constexpr (sizeof(T) == 4)
+      if (plan.kind == 0 && kBulk) plan = plan_bulk<T, kNorm>(M, N, vec);
     if constexpr (sizeof(T) >= 4)
       if (plan.kind == 0 && has_clusters()) plan = plan_rows<T, kNorm, V, P8, 2>(M, N, true);
     if (plan.kind == 0) plan = plan_rows<T, kNorm, V, 2 * P8>(M, N, true);
   } else {
     plan = plan_rows<T, kNorm, 1, 8>(M, N, false);
   }
+  if (plan.kind == 0 && kBulk) plan = plan_bulk<T, kNorm>(M, N, vec);
   if (plan.kind == 0) {
     plan.kind = 2;
     plan.vec = vec;
@@ -736,6 +1038,13 @@ void launch_backward(const T* dy, const T* dh, const T* x, const Acc<T>* mean, c
       go(backward_kernel<T, kNorm, V, P8>);
     else
       go(backward_kernel<T, kNorm, V, 2 * P8>);
+  } else if (plan.kind == 3) {
+    if constexpr (sizeof(Acc<T>) == 4) {
+      const auto kernel =
+          plan.packs == 1 ? backward_bulk_kernel<T, kNorm, V, 1> : backward_bulk_kernel<T, kNorm, V, 2>;
+      launch(kernel, dim3(unsigned(plan.blocks)), plan.block, plan.smem, stream, {false, false, plan.cluster},
+             dy, dh, x, mean, rstd, w, dx, workspace, M, N, plan.stages, plan.pipe);
+    }
   } else {
     Acc<T>* sums = workspace + int64_t(kSums<kNorm>) * plan.blocks * N;
     const int64_t per_slice = ceil_div<int64_t>(M, plan.blocks);

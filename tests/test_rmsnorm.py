@@ -99,6 +99,21 @@ def test_weight_gradient_is_deterministic(ext, shape):
         assert all(torch.equal(a, f) for a, f in zip(again, first))
 
 
+@needs_gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("shape", [(600, 16384), (600, 32768), (150, 65536)], ids=str)
+def test_long_rows_over_many_rounds_of_the_ring(ext, dtype, shape):
+    """Long rows on sm_90 run backward_bulk_kernel: a persistent grid of clusters, each going round its ring
+    of stages and its exchange slots many times (600 rows over 30-66 clusters). Right, and the same bits on
+    every call; elsewhere this checks the long-row pair the same way."""
+    x, w, gy = inputs(shape, dtype, "cuda")
+    run_and_compare(ext, x, w, gy, 2)
+    _, rstd = ext.forward(x, w)
+    first = ext.backward(gy, x, rstd, w)
+    again = ext.backward(gy, x, rstd, w)
+    assert all(torch.equal(a, f) for a, f in zip(again, first))
+
+
 def test_eps_none_is_natives_default(device):
     """Native's default eps is the epsilon of the math type (float32's for a bfloat16 x), not of x's dtype:
     on rows of tiny values the two differ by far more than rounding."""
