@@ -8,8 +8,9 @@
 // kernels are rmsnorm_common.cuh's, with the add in their loads (load_input) and grad_h in their stores:
 //
 //   v1 (the only version)  forward: forward_kernel / forward_long_kernel with kAdd, add_rms_norm_forward and
-//                          add_layer_norm_forward; backward: backward_kernel (or the long-row pair) with
-//                          grad_h, then sum_partials_kernel, add_rms_norm_backward and
+//                          add_layer_norm_forward; backward: backward_kernel (long rows: backward_bulk_kernel
+//                          on sm_90, else the long-row pair) with grad_h, then sum_partials_kernel,
+//                          add_rms_norm_backward and
 //                          add_layer_norm_backward.
 //
 // h is rounded to T before it is normalized, as the unfused `x + residual` rounds it, so y is the same
