@@ -150,6 +150,8 @@ SETTINGS = {
     "bulk-copy ring of up to 6 stages": ["-DRMSNORM_BULK_STAGES=6"],
     "bulk copies without the next row's early pass 1": ["-DRMSNORM_BULK_PIPE_FROM=99"],
     "bulk copies for every row from 8192": ["-DRMSNORM_BULK_FROM=8192"],
+    "bulk copies, 2-byte rows by 1024-thread blocks": ["-DRMSNORM_BULK_NARROW=0"],
+    "bulk copies, 2-byte rows by 256-thread blocks": ["-DRMSNORM_BULK_NARROW=256"],
 }
 SETTING_SHAPES = [
     (1024, 16384),

@@ -524,6 +524,10 @@ __global__ __launch_bounds__(256) void backward_long_cols_kernel(
 #ifndef RMSNORM_BULK_RING_OFFSET
 #define RMSNORM_BULK_RING_OFFSET 0  // bytes (a multiple of 16): to measure what the ring's alignment is worth
 #endif
+#ifndef RMSNORM_BULK_NARROW
+// 2-byte types: blocks of at most this many threads (256, 512; 0: 1024), each with 1024 / it packs
+#define RMSNORM_BULK_NARROW 512
+#endif
 #ifndef RMSNORM_BULK_PIPE_FROM
 #define RMSNORM_BULK_PIPE_FROM 4  // rings of at least this many stages take the next row's pass 1 early
 #endif
@@ -539,8 +543,8 @@ __global__ __launch_bounds__(256) void backward_long_cols_kernel(
 // long-row pair reads x and grad_y twice from memory (5 M N), this kernel once (3 M N), and the rows in
 // registers over a cluster (backward_kernel with kCluster 4 or 8) stall on each row's barriers with at
 // most one row in flight.
-template <typename T, Norm kNorm, int kVec, int kPacks>
-__global__ __launch_bounds__(1024) void backward_bulk_kernel(
+template <typename T, Norm kNorm, int kVec, int kPacks, int kThreads = 1024>
+__global__ __launch_bounds__(kThreads) void backward_bulk_kernel(
     const T* __restrict__ dy_, const T* __restrict__ dh_, const T* __restrict__ x_,
     const Acc<T>* __restrict__ mean, const Acc<T>* __restrict__ rstd, const T* __restrict__ w_,
     T* __restrict__ dx_, Acc<T>* __restrict__ partials, int64_t M, int N, int stages, bool pipe) {
@@ -922,9 +926,23 @@ inline int active_clusters(const void* kernel, int threads, size_t smem, int clu
   return clusters;
 }
 
+constexpr int kNarrow = RMSNORM_BULK_NARROW, kNarrowPacks = kNarrow > 0 ? 1024 / kNarrow : 1;
+
+// The backward_bulk_kernel of a plan's packs per thread.
+template <typename T, Norm kNorm>
+auto bulk_kernel(int packs) {
+  constexpr int V = kPack16<T>;
+  if constexpr (kNarrow > 0 && sizeof(T) == 2)
+    return backward_bulk_kernel<T, kNorm, V, kNarrowPacks, kNarrow>;  // (plan_bulk's packs: kNarrowPacks)
+  else
+    return packs == 1 ? backward_bulk_kernel<T, kNorm, V, 1> : backward_bulk_kernel<T, kNorm, V, 2>;
+}
+
 // backward_bulk_kernel (sm_90, float/half/bf16, 16-byte aligned rows): the fewest blocks per row (1, 2, 4 or
-// 8) whose slices take at most 2 packs per thread of a 1024-thread block (1 for 2-byte types where one can)
-// and leave room for 3 stages of x and grad_y in shared memory; a persistent grid of as many clusters as are
+// 8) whose slices take at most 2 packs per thread of a 1024-thread block (2-byte types: of a 512-thread
+// block, which measured 3-8 points of a copy faster than 1024 threads with 1 pack, the shorter per-row
+// barriers mattering more where a row is fewer bytes) and leave room for 3 stages of x and grad_y in shared
+// memory; a persistent grid of as many clusters as are
 // resident at once (at most M). No plan (kind 0) where none fits, or the kernel was built for an older GPU.
 template <typename T, Norm kNorm>
 Plan plan_bulk(int64_t M, int N, bool vec) {
@@ -933,18 +951,23 @@ Plan plan_bulk(int64_t M, int N, bool vec) {
     constexpr int V = kPack16<T>;
     if (!vec || !has_clusters()) return plan;
     const size_t room = size_t(device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>()) - 1024;  // static
-    // 2 packs per thread spill for 2-byte types (a few bytes; ptxas -v): those try 1 first
+    // (without the 512-thread blocks, 2 packs per thread spill for 2-byte types: those try 1 first)
     for (int most = sizeof(T) == 2 ? 1 : 2; most <= 2; ++most)
       for (int cluster = 1; cluster <= 8; cluster *= 2) {
         if (N % (cluster * V) != 0) continue;
-        const int packs = N / cluster / V, per = ceil_div(packs, 1024);
-        if (per > most) continue;
+        const int packs = N / cluster / V;
+        int per = ceil_div(packs, 1024);
+        if (kNarrow > 0 && sizeof(T) == 2) {
+          if (ceil_div(packs, kNarrow) > kNarrowPacks) continue;
+          per = kNarrowPacks;
+        } else if (per > most) {
+          continue;
+        }
         const size_t stage = 2 * size_t(N / cluster) * sizeof(T);
         const int stages = int(room / stage < size_t(kBulkStages) ? room / stage : kBulkStages);
         if (stages < kBulkMinStages) continue;
         const int threads = ceil_div(ceil_div(packs, per), 32) * 32;
-        const void* fn = per == 1 ? reinterpret_cast<const void*>(backward_bulk_kernel<T, kNorm, V, 1>)
-                                  : reinterpret_cast<const void*>(backward_bulk_kernel<T, kNorm, V, 2>);
+        const void* fn = reinterpret_cast<const void*>(bulk_kernel<T, kNorm>(per));
         if (layernorm::ptx_version(fn) < 90) return plan;  // built for an older GPU (its body is a trap)
         const int clusters = active_clusters(fn, threads, stages * stage + RMSNORM_BULK_RING_OFFSET, cluster);
         if (clusters == 0) continue;
@@ -1040,10 +1063,9 @@ void launch_backward(const T* dy, const T* dh, const T* x, const Acc<T>* mean, c
       go(backward_kernel<T, kNorm, V, 2 * P8>);
   } else if (plan.kind == 3) {
     if constexpr (sizeof(Acc<T>) == 4) {
-      const auto kernel =
-          plan.packs == 1 ? backward_bulk_kernel<T, kNorm, V, 1> : backward_bulk_kernel<T, kNorm, V, 2>;
-      launch(kernel, dim3(unsigned(plan.blocks)), plan.block, plan.smem, stream, {false, false, plan.cluster},
-             dy, dh, x, mean, rstd, w, dx, workspace, M, N, plan.stages, plan.pipe);
+      launch(bulk_kernel<T, kNorm>(plan.packs), dim3(unsigned(plan.blocks)), plan.block, plan.smem, stream,
+             {false, false, plan.cluster}, dy, dh, x, mean, rstd, w, dx, workspace, M, N, plan.stages,
+             plan.pipe);
     }
   } else {
     Acc<T>* sums = workspace + int64_t(kSums<kNorm>) * plan.blocks * N;
