@@ -22,7 +22,8 @@ Two measurements:
 * "cpu per step" rows, at a small shape (64x1024 bf16 on a GPU) where the GPU's work is negligible: the
   wall-clock time per step over blocks of many steps issued back to back with no synchronization inside a
   block (the GPU runs behind the CPU, so the CPU never waits for it and the time is the CPU's: Python,
-  dispatcher, autograd engine, allocations, launches), the median of the blocks. Beside it, the GPU time of
+  dispatcher, autograd engine, allocations, launches), the median of the blocks, the implementations taking
+  turns block by block (in a rotated order each round). Beside it, the GPU time of
   the same step replayed as a CUDA graph (bench.graphed): if that is not well below the CPU time, the
   row is marked GPU-bound and its CPU number is only an upper bound. On a machine without a GPU both are
   the same thing, the time per step.
@@ -163,21 +164,29 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def cpu_per_step(run: Callable[[], None], device: str, steps: int = 200, blocks: int = 7, warmup: int = 30) -> float:
-    """Microseconds of wall clock per step, steps issued back to back with no synchronization inside a block
-    (so, with a GPU running behind, the CPU's time per step); the median of `blocks` blocks. The GPU
-    catches up between blocks, outside the timing."""
-    for _ in range(warmup):
-        run()
+def cpu_per_step(
+    runs: dict[str, Callable[[], None]], device: str, steps: int = 200, blocks: int = 7, warmup: int = 30
+) -> dict[str, float]:
+    """Microseconds of wall clock per step of each implementation, steps issued back to back with no
+    synchronization inside a block (so, with a GPU running behind, the CPU's time per step); the median of
+    `blocks` blocks. The implementations take turns block by block, each round in a rotated order, so that a
+    host's drift (clocks, other load) or a position in the order favours none of them; the GPU catches up
+    between blocks, outside the timing."""
+    names = list(runs)
+    for name in names:
+        for _ in range(warmup):
+            runs[name]()
     _sync(device)
-    per = []
-    for _ in range(blocks):
-        start = time.perf_counter()
-        for _ in range(steps):
-            run()
-        per.append((time.perf_counter() - start) / steps)
-        _sync(device)
-    return statistics.median(per) * 1e6
+    per = {name: [] for name in names}
+    for b in range(blocks):
+        for name in names[b % len(names) :] + names[: b % len(names)]:
+            run = runs[name]
+            start = time.perf_counter()
+            for _ in range(steps):
+                run()
+            per[name].append((time.perf_counter() - start) / steps)
+            _sync(device)
+    return {name: statistics.median(v) * 1e6 for name, v in per.items()}
 
 
 def gpu_per_step(run: Callable[[], None]) -> float:
@@ -208,8 +217,9 @@ def per_step_rows(shape, dtype, device: str, backend: str, smoke: bool = False) 
     cuda = torch.device(device).type == "cuda"
     rows = []
     for s in steps(shape, dtype, device, backend):
+        cpu = cpu_per_step(s.impls, device, **(dict(steps=10, blocks=2, warmup=3) if smoke else {}))
         for impl, run in s.impls.items():
-            cpu_us = cpu_per_step(run, device, **(dict(steps=10, blocks=2, warmup=3) if smoke else {}))
+            cpu_us = cpu[impl]
             gpu_us = gpu_per_step(run) if cuda else float("nan")
             rows.append(
                 dict(
