@@ -537,8 +537,9 @@ __global__ __launch_bounds__(256) void backward_long_cols_kernel(
 // owning slice r of the columns (n = N / C). The slices of x and grad_y arrive by bulk copy (bulk_copy.cuh:
 // one instruction each, counted by an mbarrier) into a ring of `stages` shared-memory buffers, the next rows'
 // while this one is worked on, so the SM always has rows in flight whatever its threads wait for. Each row:
-// the two row sums from shared memory (group_sum, then cluster_sum through distributed shared memory), then
-// grad_x from shared memory again, and the columns' sums of grad_w and grad_b in registers (kPacks packs of
+// the two row sums from shared memory (group_sum, then pushed into every block of the cluster, each of which
+// waits only for the C deliveries it needs: pass1 and gather below, no cluster barrier), then grad_x from
+// shared memory again, and the columns' sums of grad_w and grad_b in registers (kPacks packs of
 // kVec columns per thread); at the end each cluster writes one row of `partials` ([K][G][N]). Why: the
 // long-row pair reads x and grad_y twice from memory (5 M N), this kernel once (3 M N), and the rows in
 // registers over a cluster (backward_kernel with kCluster 4 or 8) stall on each row's barriers with at
@@ -552,7 +553,7 @@ __global__ __launch_bounds__(kThreads) void backward_bulk_kernel(
   using acc_t = Acc<T>;
   constexpr int K = kSums<kNorm>;
   static_assert(sizeof(acc_t) == 4 && kVec % 4 == 0, "float, half and bf16, in 16-byte packs");
-  // the ring (dynamic shared memory), 128-byte aligned: bulk copies into a misaligned ring ran ~10 % slower
+  // the ring (dynamic shared memory), 128-byte aligned: bulk copies into a ring 16 bytes off ran 7-9 % slower
   extern __shared__ __align__(128) unsigned char bulk_smem_[];
   __shared__ acc_t red[2][32 * K];                           // group_sum's, by parity
   constexpr int X = 4;                                       // rows of the cluster's exchange in flight
@@ -565,8 +566,8 @@ __global__ __launch_bounds__(kThreads) void backward_bulk_kernel(
   const int64_t rows = first < M ? (M - first + G - 1) / G : 0;  // this cluster's
   const T *x = x_ + col0, *dy = dy_ + col0, *w = w_ + col0, *dh = dh_ ? dh_ + col0 : nullptr;
   T* dx = dx_ + col0;
-  T* ring = reinterpret_cast<T*>(bulk_smem_ +
-                                 RMSNORM_BULK_RING_OFFSET);  // stage s: x slice [n], then grad_y slice [n]
+  // stage s of the ring: x's slice [n], then grad_y's [n]
+  T* ring = reinterpret_cast<T*>(bulk_smem_ + RMSNORM_BULK_RING_OFFSET);
   const uint32_t bytes = uint32_t(n) * sizeof(T);
   const auto fetch = [&](int64_t k, int s) {  // thread 0: row first + k G into stage s
     const int64_t row = first + k * G;
