@@ -191,9 +191,12 @@ def settings(only: list[str] | None = None, backward_only: bool = False) -> list
 
 
 if __name__ == "__main__":
-    import sys
+    import argparse
 
-    if "--settings" in sys.argv:  # [--only WORD ...] [--backward]
-        words = sys.argv[sys.argv.index("--only") + 1 :] if "--only" in sys.argv else None
-        words = [w for w in words if not w.startswith("--")] if words else None
-        settings(words, backward_only="--backward" in sys.argv)
+    parser = argparse.ArgumentParser(description="RMSNorm build settings compared (the sweep is benchmarks.run's)")
+    parser.add_argument("--settings", action="store_true", help="time forward and backward under each setting")
+    parser.add_argument("--only", nargs="*", metavar="WORD", help="the settings whose names contain a WORD")
+    parser.add_argument("--backward", action="store_true", help="backward only")
+    args = parser.parse_args()
+    if args.settings:
+        settings(args.only, backward_only=args.backward)

@@ -1,7 +1,8 @@
 // kernels/bulk_copy.cuh: the few PTX instructions of Hopper's asynchronous copies that the course's kernels
-// use (sm_90+; the bodies are empty below sm_90, where no caller launches them): a bulk copy by the Tensor
+// use (defined for sm_90+ device code only: their callers sit under the same #if): a bulk copy by the Tensor
 // Memory Accelerator (cp.async.bulk, global -> shared memory, one instruction for up to a whole row), a
-// 4-byte cp.async, and the mbarrier that counts their bytes. Used by lesson 03's backward_v2_bulk_kernel
+// 4-byte cp.async, the mbarrier that counts their bytes, and a thread block cluster's stores and mbarrier
+// arrivals into another block's shared memory. Used by lesson 03's backward_v2_bulk_kernel
 // (layernorm.hopper.cu) and lesson 05's backward_bulk_kernel (rmsnorm_common.cuh).
 //
 // How an mbarrier counts: init(bar, count) expects `count` arrivals per phase; arrive_expect also announces

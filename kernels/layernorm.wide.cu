@@ -13,12 +13,12 @@
 // wide_rows, wide_backward_rows). A kernel asked for by name keeps lesson 03's, and so does double, which
 // no benchmark times.
 //
-//   layernorm_forward_wide            rmsnorm::launch_forward<T, Norm::kLayer, false>
-//   layernorm_backward_wide_workspace rmsnorm::backward_workspace<T, Norm::kLayer>
-//   (layernorm.wide_backward.cu) layernorm_backward_wide           rmsnorm::launch_backward<T, Norm::kLayer,
-//   T>: grad_x, then the partial
-//                                     column sums added into grad_weight and grad_bias in a fixed order
-//                                     (layernorm.wide_backward.cu)
+//   layernorm_forward_wide             rmsnorm::launch_forward<T, Norm::kLayer, false>
+//   (in layernorm.wide_backward.cu:)
+//   layernorm_backward_wide_workspace  rmsnorm::backward_workspace<T, Norm::kLayer>
+//   layernorm_backward_wide            rmsnorm::launch_backward<T, Norm::kLayer, T>: grad_x, then the
+//                                      partial column sums added into grad_weight and grad_bias in a fixed
+//                                      order
 #include "layernorm.h"
 #include "rmsnorm_common.cuh"
 

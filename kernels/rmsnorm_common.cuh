@@ -518,9 +518,6 @@ __global__ __launch_bounds__(256) void backward_long_cols_kernel(
 #ifndef RMSNORM_BULK_STAGES
 #define RMSNORM_BULK_STAGES 4  // the most stages of the ring (6 measured slower for 2-byte types)
 #endif
-#ifndef RMSNORM_BULK_MIN_STAGES
-#define RMSNORM_BULK_MIN_STAGES 3  // the fewest
-#endif
 #ifndef RMSNORM_BULK_RING_OFFSET
 #define RMSNORM_BULK_RING_OFFSET 0  // bytes (a multiple of 16): to measure what the ring's alignment is worth
 #endif
@@ -888,8 +885,9 @@ Plan plan_rows(int64_t M, int N, bool vec) {
   return plan;
 }
 
-// backward_bulk_kernel's stages: at most 4, at least 3 (two rows in flight while one is worked on).
-constexpr int kBulkStages = RMSNORM_BULK_STAGES, kBulkMinStages = RMSNORM_BULK_MIN_STAGES;
+// backward_bulk_kernel's stages: at most RMSNORM_BULK_STAGES, at least 3 (two rows in flight while one is
+// worked on; 2 measured slower).
+constexpr int kBulkStages = RMSNORM_BULK_STAGES, kBulkMinStages = 3;
 
 // Clusters of `cluster` blocks of `kernel` resident at once on the current device (cached as blocks_per_sm
 // is: the answer never changes, and asking costs microseconds per call).
@@ -940,49 +938,46 @@ auto bulk_kernel(int packs) {
 }
 
 // backward_bulk_kernel (sm_90, float/half/bf16, 16-byte aligned rows): the fewest blocks per row (1, 2, 4 or
-// 8) whose slices take at most 2 packs per thread of a 1024-thread block (2-byte types: of a 512-thread
-// block, which measured 3-8 points of a copy faster than 1024 threads with 1 pack, the shorter per-row
-// barriers mattering more where a row is fewer bytes) and leave room for 3 stages of x and grad_y in shared
-// memory; a persistent grid of as many clusters as are
-// resident at once (at most M). No plan (kind 0) where none fits, or the kernel was built for an older GPU.
+// 8) whose slices fit its threads and leave room for 3 stages of x and grad_y in shared memory; a persistent
+// grid of as many clusters as are resident at once (at most M). Threads: float, blocks of up to 1024 with at
+// most 2 packs each; 2-byte types, blocks of up to kNarrow (512) with kNarrowPacks (2) packs each, which
+// measured 3-8 points of a copy faster than 1024 threads with 1 pack (the per-row barriers weigh more where a
+// row is fewer bytes; 2 packs at 1024 threads spill). No plan (kind 0) where none fits, or the kernel was
+// built for an older GPU.
 template <typename T, Norm kNorm>
 Plan plan_bulk(int64_t M, int N, bool vec) {
   Plan plan;
   if constexpr (sizeof(Acc<T>) == 4) {
     constexpr int V = kPack16<T>;
+    constexpr bool narrow = sizeof(T) == 2 && kNarrow > 0;
+    constexpr int kMostThreads = narrow ? kNarrow : 1024;
+    constexpr int kMostPacks = narrow ? kNarrowPacks : (sizeof(T) == 2 ? 1 : 2);
     if (!vec || !has_clusters()) return plan;
     const size_t room = size_t(device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>()) - 1024;  // static
-    // (without the 512-thread blocks, 2 packs per thread spill for 2-byte types: those try 1 first)
-    for (int most = sizeof(T) == 2 ? 1 : 2; most <= 2; ++most)
-      for (int cluster = 1; cluster <= 8; cluster *= 2) {
-        if (N % (cluster * V) != 0) continue;
-        const int packs = N / cluster / V;
-        int per = ceil_div(packs, 1024);
-        if (kNarrow > 0 && sizeof(T) == 2) {
-          if (ceil_div(packs, kNarrow) > kNarrowPacks) continue;
-          per = kNarrowPacks;
-        } else if (per > most) {
-          continue;
-        }
-        const size_t stage = 2 * size_t(N / cluster) * sizeof(T);
-        const int stages = int(room / stage < size_t(kBulkStages) ? room / stage : kBulkStages);
-        if (stages < kBulkMinStages) continue;
-        const int threads = ceil_div(ceil_div(packs, per), 32) * 32;
-        const void* fn = reinterpret_cast<const void*>(bulk_kernel<T, kNorm>(per));
-        if (layernorm::ptx_version(fn) < 90) return plan;  // built for an older GPU (its body is a trap)
-        const int clusters = active_clusters(fn, threads, stages * stage + RMSNORM_BULK_RING_OFFSET, cluster);
-        if (clusters == 0) continue;
-        plan.kind = 3;
-        plan.vec = true;
-        plan.packs = per;
-        plan.cluster = cluster;
-        plan.block = dim3(unsigned(threads));
-        plan.blocks = int(clusters < M ? clusters : M) * cluster;
-        plan.smem = stages * stage + RMSNORM_BULK_RING_OFFSET;
-        plan.stages = stages;
-        plan.pipe = stages >= RMSNORM_BULK_PIPE_FROM;
-        return plan;
-      }
+    for (int cluster = 1; cluster <= 8; cluster *= 2) {
+      if (N % (cluster * V) != 0) continue;
+      const int packs = N / cluster / V;
+      const int per = narrow ? kNarrowPacks : ceil_div(packs, kMostThreads);
+      if (ceil_div(packs, kMostThreads) > kMostPacks) continue;
+      const size_t stage = 2 * size_t(N / cluster) * sizeof(T);
+      const int stages = int(room / stage < size_t(kBulkStages) ? room / stage : kBulkStages);
+      if (stages < kBulkMinStages) continue;
+      const int threads = ceil_div(ceil_div(packs, per), 32) * 32;
+      const void* fn = reinterpret_cast<const void*>(bulk_kernel<T, kNorm>(per));
+      if (layernorm::ptx_version(fn) < 90) return plan;  // built for an older GPU (its body is a trap)
+      const int clusters = active_clusters(fn, threads, stages * stage + RMSNORM_BULK_RING_OFFSET, cluster);
+      if (clusters == 0) continue;
+      plan.kind = 3;
+      plan.vec = true;
+      plan.packs = per;
+      plan.cluster = cluster;
+      plan.block = dim3(unsigned(threads));
+      plan.blocks = int(clusters < M ? clusters : M) * cluster;
+      plan.smem = stages * stage + RMSNORM_BULK_RING_OFFSET;
+      plan.stages = stages;
+      plan.pipe = stages >= RMSNORM_BULK_PIPE_FROM;
+      return plan;
+    }
   }
   return plan;
 }
