@@ -152,6 +152,9 @@ SETTINGS = {
     "bulk copies for every row from 8192": ["-DRMSNORM_BULK_FROM=8192"],
     "bulk copies, 2-byte rows by 1024-thread blocks": ["-DRMSNORM_BULK_NARROW=0"],
     "bulk copies, 2-byte rows by 256-thread blocks": ["-DRMSNORM_BULK_NARROW=256"],
+    "forward long rows without bulk copies": ["-DRMSNORM_NO_FWD_BULK"],
+    "forward bulk copies by 1024-thread blocks": ["-DRMSNORM_FWD_BULK_THREADS=1024"],
+    "forward bulk copies over clusters of 2 blocks at least": ["-DRMSNORM_FWD_BULK_MIN_CLUSTER=2"],
 }
 SETTING_SHAPES = [
     (1024, 16384),

@@ -15,7 +15,11 @@
 //                1 to 32 warps per row, one group sum (of squares) instead of two; rows too long for
 //                registers take one block per row with the row kept in shared memory where it fits, or on
 //                sm_90 a thread block cluster of 2 to 8 blocks whose shared memory holds it together
-//                (launch_forward_cluster: float32 N = 65536, bfloat16 from 131072).
+//                (launch_forward_cluster: float32 N = 65536, bfloat16 from 131072). On sm_90,
+//                forward_bulk_kernel where it measured faster (launch_forward_bulk): rows by bulk copy into
+//                a ring of shared-memory stages over a cluster of 1 to 8 blocks, two rows always in flight
+//                (bfloat16 512 x 32768 79 -> 96 % of a copy, float32 256 x 65536 81 -> 89 %;
+//                results/h100/rmsnorm_forward_bulk_2026-11-26.md).
 //   backward v1  backward_v1_dx_kernel and backward_v1_dw_kernel, rmsnorm_backward_v1: one warp per row
 //                for grad_x (two reads of the row), one thread per column for grad_weight.
 //   backward v2  backward_kernel and sum_partials_kernel (rmsnorm_common.cuh), rmsnorm_backward_v2:

@@ -11,6 +11,10 @@
 //   forward_kernel            rows in registers: a row group of 1 to 32 warps per row, 16-byte packs
 //   forward_long_kernel       one block per row, or a cluster of 2-8 blocks per row (sm_90); the row kept in
 //                             shared memory where it fits, else read again (from L2)
+//   forward_bulk_kernel       long rows on sm_90: backward_bulk_kernel's design for the forward (a persistent
+//                             grid of clusters of 1-8 blocks per row, slices by bulk copy into a ring of
+//                             stages, the row's numbers pushed between the blocks), so rows are always in
+//                             flight while one is reduced and written
 //   backward_kernel           a persistent grid of row groups, rows in registers with the next one in flight,
 //                             grad_weight (and grad_bias) summed per block in shared memory, one row of
 //                             partial sums per block
@@ -23,7 +27,7 @@
 //                             backward_bulk_kernel): the two row sums by one block per row, then grad_x and
 //                             the partial column sums by column tiles (x and grad_y read twice)
 //   sum_partials_kernel       adds the partial rows in a fixed order (the same bits on every run)
-//   launch_forward, plan_backward (plan_rows, plan_bulk), launch_backward: the host side
+//   launch_forward (plan_forward_bulk), plan_backward (plan_rows, plan_bulk), launch_backward: the host side
 //
 // Backward, with xhat = (x - mean) * rstd (mean = 0 for RMSNorm) and g = grad_y * w, per row:
 //   grad_x = rstd * (g - mean(g) - xhat * mean(g * xhat)) [+ grad_h]    (RMSNorm: no mean(g) term)
@@ -116,11 +120,13 @@ __device__ __forceinline__ void cluster_done() {
 #endif
 }
 
-// Every forward kernel writes y here and nowhere else: kVec values of row `row`, from column j.
+// Every forward kernel writes y here and nowhere else: kVec values of row `row`, from column j. Stored as
+// Raw words (one 16-byte store for a full pack): assigning the Pack itself, nvcc split forward_bulk_kernel's
+// 2-byte stores into 8 (3 times slower: the 78 % excess sectors Nsight Compute reported).
 template <typename T, int kVec>
 __device__ __forceinline__ void store_y(T* __restrict__ y, int64_t row, int N, int j,
                                         const Acc<T> (&v)[kVec]) {
-  *reinterpret_cast<Pack<T, kVec>*>(y + row * N + j) = to_pack<T>(v);
+  as_raw<T, kVec>(to_pack<T>(v)).store(y + row * N + j);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -271,6 +277,199 @@ __global__ __launch_bounds__(1024) void forward_long_kernel(
     rstd[row] = rs;
   }
   cluster_done<kCluster>();
+}
+
+// Build-time settings of forward_bulk_kernel, for tuning (benchmarks/rmsnorm.py --settings).
+#ifndef RMSNORM_FWD_BULK_FROM
+#define RMSNORM_FWD_BULK_FROM 16384  // rows of at least this many columns take it, where it applies (0: none)
+#endif
+#ifndef RMSNORM_FWD_BULK_THREADS
+#define RMSNORM_FWD_BULK_THREADS 512  // threads per block
+#endif
+#ifndef RMSNORM_FWD_BULK_MIN_CLUSTER
+#define RMSNORM_FWD_BULK_MIN_CLUSTER 1  // the fewest blocks per row (1, 2, 4, 8)
+#endif
+#ifndef RMSNORM_FWD_BULK_STAGES
+#define RMSNORM_FWD_BULK_STAGES 4  // the most stages of the ring
+#endif
+
+// The forward of rows too long for registers (and of long rows in registers that barely fit), on sm_90:
+// backward_bulk_kernel's design for one input. A persistent grid of thread block clusters of C = 1, 2, 4 or
+// 8 blocks (C at run time), cluster i taking rows i, i + G, ... (G clusters), block r owning slice r of the
+// columns (n = N / C). Each slice of x (and, kAdd, of the residual) arrives by bulk copy into a ring of
+// `stages` shared-memory buffers, the next rows' while this one is worked on. Each row: pass 1 sums the
+// block's slice (RMSNorm: of squares; LayerNorm: the sum, then squared deviations from the block's own mean,
+// which is numerically safe) and pushes the block's numbers into every block of the cluster; gather adds the
+// C blocks' numbers in rank order (LayerNorm: Chan's rule for combining the groups' means and deviations);
+// pass 2 writes y from the stage. Why: forward_long_kernel holds one row per block with nothing in flight
+// during its barriers and its writes (one block per SM where a row fills shared memory); here two rows are
+// always on their way.
+template <typename T, Norm kNorm, bool kAdd, int kVec, int kPacks, int kThreads>
+__global__ __launch_bounds__(kThreads) void forward_bulk_kernel(
+    const T* __restrict__ x_, const T* __restrict__ res_, const T* __restrict__ w_, const T* __restrict__ b_,
+    T* __restrict__ y_, T* __restrict__ h_, Acc<T>* __restrict__ mean, Acc<T>* __restrict__ rstd, int64_t M,
+    int N, Acc<T> eps, int stages, bool pipe) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using acc_t = Acc<T>;
+  constexpr int K = kNorm == Norm::kLayer ? 2 : 1;  // numbers per block and row: sum (of squares), deviations
+  constexpr int I = kAdd ? 2 : 1;                   // inputs per stage: x (and the residual)
+  static_assert(sizeof(acc_t) == 4 && kVec % 4 == 0, "float, half and bf16, in 16-byte packs");
+  extern __shared__ __align__(128) unsigned char bulk_smem_[];
+  __shared__ acc_t red[2][K][32];  // group_sum's, by parity
+  constexpr int X = 4;             // rows of the cluster's exchange in flight
+  __shared__ acc_t slots[X][8][K];
+  __shared__ alignas(8) uint64_t bars[RMSNORM_FWD_BULK_STAGES];
+  __shared__ alignas(8) uint64_t xbars[X];
+  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  const int C = int(cluster.num_blocks()), n = N / C, rank = int(cluster.block_rank()), col0 = rank * n;
+  const int64_t G = gridDim.x / C, first = blockIdx.x / C;
+  const int64_t rows = first < M ? (M - first + G - 1) / G : 0;  // this cluster's
+  const T *x = x_ + col0, *res = kAdd ? res_ + col0 : nullptr, *w = w_ + col0;
+  const T* b = kNorm == Norm::kLayer ? b_ + col0 : nullptr;
+  T *y = y_ + col0, *h = kAdd ? h_ + col0 : nullptr;
+  T* ring = reinterpret_cast<T*>(bulk_smem_);  // stage s: x's slice [n] (then the residual's [n])
+  const uint32_t bytes = uint32_t(n) * sizeof(T);
+  const auto fetch = [&](int64_t k, int s) {  // thread 0: row first + k G into stage s
+    const int64_t row = first + k * G;
+    bulk::arrive_expect(&bars[s], I * bytes);
+    bulk::copy(ring + int64_t(s) * I * n, x + row * N, bytes, &bars[s]);
+    if constexpr (kAdd) bulk::copy(ring + int64_t(s) * I * n + n, res + row * N, bytes, &bars[s]);
+  };
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) bulk::init(&bars[s], 1);
+    for (int s = 0; s < X; ++s) bulk::init(&xbars[s], C);
+    bulk::fence_init();
+  }
+  if (C > 1)
+    cluster.sync();  // every block's mbarriers initialized before any block arrives on them
+  else
+    __syncthreads();
+  if (threadIdx.x == 0)
+    for (int s = 0; s < stages && s < rows; ++s) fetch(s, s);
+  const int packs = n / kVec;
+  // this thread's packs: c = threadIdx.x + p kThreads, p < kPacks; their weights (and biases) in registers
+  // for every row (loaded per row from L2, they stalled pass 2 on every pack: half the forward's time)
+  const auto each_pack = [&](auto&& f) {
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+      const int c = threadIdx.x + p * kThreads;
+      if (c < packs) f(p, c);
+    }
+  };
+  Raw<T, kVec> wv[kPacks], bv[kPacks];
+  each_pack([&](int p, int c) {
+    wv[p].load(w + c * kVec);
+    if constexpr (kNorm == Norm::kLayer) bv[p].load(b + c * kVec);
+  });
+  // pack c of the norm's input in stage s: x, or h = x + residual rounded to T (as written to h)
+  const auto input = [&](int s, int c) {
+    Raw<T, kVec> v;
+    v.load(ring + int64_t(s) * I * n + c * kVec);
+    if constexpr (kAdd) {
+      Raw<T, kVec> r;
+      r.load(ring + int64_t(s) * I * n + n + c * kVec);
+      acc_t sum[kVec];
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) sum[j] = v[j] + r[j];
+      v = as_raw<T, kVec>(to_pack<T>(sum));
+    }
+    return v;
+  };
+  // Pass 1 of row k: the wait for its stage, the block's numbers, and (cluster) their delivery to every
+  // block: thread r < C stores them into block r's slot for this row and arrives on that slot's mbarrier (a
+  // slot is written again X rows later, long after every block has read it).
+  const auto pass1 = [&](int64_t k, acc_t(&sums)[K]) {
+    const int s = int(k % stages);
+    bulk::wait(&bars[s], uint32_t(k / stages) & 1);
+    acc_t s0[1] = {0};
+    each_pack([&](int, int c) {
+      const Raw<T, kVec> v = input(s, c);
+      if constexpr (kAdd) v.store(h + (first + k * G) * N + c * kVec);
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) s0[0] += kNorm == Norm::kRms ? v[j] * v[j] : v[j];
+    });
+    group_sum(s0, red[k & 1][0]);
+    sums[0] = s0[0];
+    if constexpr (K == 2) {
+      const acc_t mb = s0[0] / n;  // the block's mean
+      acc_t q[1] = {0};
+      each_pack([&](int, int c) {
+        const Raw<T, kVec> v = input(s, c);
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) q[0] += (v[j] - mb) * (v[j] - mb);
+      });
+      group_sum(q, red[k & 1][1]);
+      sums[1] = q[0];
+    }
+    if (C > 1 && threadIdx.x < C) {
+      const int xs = int(k % X);
+#pragma unroll
+      for (int q = 0; q < K; ++q) bulk::store_remote(&slots[xs][rank][q], threadIdx.x, sums[q]);
+      bulk::arrive_remote(&xbars[xs], threadIdx.x);
+    }
+  };
+  // Row k's mean and rstd from the C blocks' numbers, added in rank order (the same bits in every block).
+  const auto gather = [&](int64_t k, const acc_t(&sums)[K], acc_t& mu, acc_t& rs) {
+    acc_t total = sums[0], dev = K == 2 ? sums[K - 1] : acc_t(0);
+    if (C > 1) {
+      const int xs = int(k % X);
+      bulk::wait_cluster(&xbars[xs], uint32_t(k / X) & 1);
+      total = 0;
+      for (int r = 0; r < C; ++r) total += slots[xs][r][0];
+      if constexpr (K == 2) {  // Chan et al.: sum of the deviations about each slice's mean, plus n (mean_r -
+                               // mu)^2
+        dev = 0;
+        for (int r = 0; r < C; ++r) {
+          const acc_t d = slots[xs][r][0] / n - total / N;
+          dev += slots[xs][r][1] + n * d * d;
+        }
+      }
+    }
+    if constexpr (kNorm == Norm::kLayer) {
+      mu = total / N;
+      rs = rsqrt_acc(dev / N + eps);
+    } else {
+      mu = 0;
+      rs = rsqrt_acc(total / N + eps);
+    }
+  };
+  // Pass 2 of row k: y from its stage.
+  const auto pass2 = [&](int64_t k, acc_t mu, acc_t rs) {
+    const int64_t row = first + k * G;
+    const int s = int(k % stages);
+    each_pack([&](int p, int c) {
+      const Raw<T, kVec> v = input(s, c);
+      acc_t out[kVec];
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        out[j] = (v[j] - mu) * rs * wv[p][j];
+        if constexpr (kNorm == Norm::kLayer) out[j] += bv[p][j];
+      }
+      store_y<T, kVec>(y, row, N, c * kVec, out);
+    });
+    if (threadIdx.x == 0 && rank == 0) {
+      if constexpr (kNorm == Norm::kLayer) mean[row] = mu;
+      rstd[row] = rs;
+    }
+  };
+  // Row by row, as backward_bulk_kernel: `pipe`, row k + 1's pass 1 before row k's gather; each row's stage
+  // refilled after the first block barrier that follows its pass 2.
+  acc_t sums[K], sums1[K] = {}, mu, rs;
+  if (pipe && rows > 0) pass1(0, sums);
+  for (int64_t k = 0; k < rows; ++k) {
+    if (!pipe) pass1(k, sums);
+    if (pipe && k + 1 < rows) pass1(k + 1, sums1);
+    if (threadIdx.x == 0 && k >= 1 && k - 1 + stages < rows) fetch(k - 1 + stages, int((k - 1) % stages));
+    gather(k, sums, mu, rs);
+    pass2(k, mu, rs);
+    if (pipe)
+#pragma unroll
+      for (int q = 0; q < K; ++q) sums[q] = sums1[q];
+  }
+  if (C > 1) cluster.sync();  // (every block has had its last numbers: no store into a block that has left)
+#else
+  __trap();  // never launched: plan_forward_bulk checks that this kernel was built for sm_90 or newer
+#endif
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -745,6 +944,42 @@ inline bool has_clusters() {
 #endif
 }
 
+// Clusters of `cluster` blocks of `kernel` resident at once on the current device (cached as blocks_per_sm
+// is: the answer never changes, and asking costs microseconds per call).
+inline int active_clusters(const void* kernel, int threads, size_t smem, int cluster) {
+  struct Fit {
+    int device;
+    const void* kernel;
+    int threads;
+    size_t smem;
+    int cluster, clusters;
+  };
+  static std::mutex mutex;
+  static auto* fits = new std::vector<Fit>();
+  if (blocks_per_sm(kernel, threads, smem) == 0) return 0;  // (also raises the kernel's shared memory limit)
+  if (cluster == 1) return blocks_per_sm(kernel, threads, smem) * num_sms();
+  int device = 0;
+  COURSE_CUDA_CHECK(cudaGetDevice(&device));
+  const std::lock_guard<std::mutex> lock(mutex);
+  for (const Fit& f : *fits)
+    if (f.device == device && f.kernel == kernel && f.threads == threads && f.smem == smem &&
+        f.cluster == cluster)
+      return f.clusters;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(unsigned(cluster));
+  config.blockDim = dim3(unsigned(threads));
+  config.dynamicSmemBytes = smem;
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim = {unsigned(cluster), 1, 1};
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  int clusters = 0;
+  COURSE_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
+  fits->push_back(Fit{device, kernel, threads, smem, cluster, clusters});
+  return clusters;
+}
+
 // forward_kernel with kPacks packs of kVec values per thread: row groups of whole warps, at least 4 warps per
 // block; false (nothing launched) where a row needs more than 1024 threads.
 template <typename T, Norm kNorm, bool kAdd, int kVec, int kPacks>
@@ -809,6 +1044,99 @@ void launch_forward_long(const T* x, const T* res, const T* w, const T* b, T* y,
   COURSE_LAUNCH_CHECK();
 }
 
+// forward_bulk_kernel's packs per thread: 2, 4 or 8 (the fewest that cover a slice; at most 4 for LayerNorm's
+// 2-byte types, whose weights and biases at 8 packs spill), the kernel of each.
+constexpr int kFwdBulkThreads = RMSNORM_FWD_BULK_THREADS, kFwdBulkStages = RMSNORM_FWD_BULK_STAGES;
+template <typename T, Norm kNorm>
+constexpr int kFwdBulkMostPacks = kNorm == Norm::kLayer && sizeof(T) == 2 ? 4 : 8;
+template <typename T, Norm kNorm, bool kAdd>
+auto forward_bulk(int packs) {
+  constexpr int V = kPack16<T>, B = kFwdBulkThreads, P = kFwdBulkMostPacks<T, kNorm>;
+  return packs <= 2   ? forward_bulk_kernel<T, kNorm, kAdd, V, 2, B>
+         : packs <= 4 ? forward_bulk_kernel<T, kNorm, kAdd, V, 4, B>
+                      : forward_bulk_kernel<T, kNorm, kAdd, V, P, B>;
+}
+
+// forward_bulk_kernel's launch: the fewest blocks per row (1, 2, 4 or 8; at least
+// RMSNORM_FWD_BULK_MIN_CLUSTER) whose slices fit 8 packs per thread and leave room for 3 stages in shared
+// memory, twice as many while the rows are too few to fill the GPU otherwise; a persistent grid of as many
+// clusters as are resident at once (at most M). clusters == 0 (no plan) where none fits, or the kernel was
+// built for an older GPU.
+struct ForwardBulkPlan {
+  int cluster = 1, clusters = 0, stages = 0, packs = 0;
+  size_t smem = 0;
+};
+
+template <typename T, Norm kNorm, bool kAdd>
+ForwardBulkPlan plan_forward_bulk(int64_t M, int N) {
+  ForwardBulkPlan plan;
+  if constexpr (sizeof(Acc<T>) == 4) {
+    constexpr int V = kPack16<T>;
+    if (!has_clusters() ||
+        layernorm::ptx_version(reinterpret_cast<const void*>(forward_bulk<T, kNorm, kAdd>(8))) < 90)
+      return plan;  // (built for an older GPU: the body is a trap)
+    const size_t room = size_t(device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>()) - 1024;  // static
+    const int64_t sms = num_sms();
+    for (int cluster = RMSNORM_FWD_BULK_MIN_CLUSTER; cluster <= 8; cluster *= 2) {
+      if (N % (cluster * V) != 0) continue;
+      const int packs = ceil_div(N / cluster / V, kFwdBulkThreads);
+      if (packs > kFwdBulkMostPacks<T, kNorm>) continue;
+      const size_t stage = (kAdd ? 2 : 1) * size_t(N / cluster) * sizeof(T);
+      const int stages = int(room / stage < size_t(kFwdBulkStages) ? room / stage : kFwdBulkStages);
+      if (stages < 3) continue;
+      const void* fn = reinterpret_cast<const void*>(forward_bulk<T, kNorm, kAdd>(packs));
+      const int clusters = active_clusters(fn, kFwdBulkThreads, stages * stage, cluster);
+      if (clusters == 0) continue;
+      plan.cluster = cluster;
+      plan.clusters = int(clusters < M ? clusters : M);
+      plan.stages = stages;
+      plan.packs = packs;
+      plan.smem = stages * stage;
+      if (M * cluster * 2 > sms) break;  // enough rows; else twice the blocks per row, where they fit
+    }
+  }
+  return plan;
+}
+
+// Forward bulk copies (off with -DRMSNORM_NO_FWD_BULK, to measure what they gain).
+#ifdef RMSNORM_NO_FWD_BULK
+constexpr bool kFwdBulk = false;
+#else
+constexpr bool kFwdBulk = RMSNORM_FWD_BULK_FROM > 0;
+#endif
+
+// forward_bulk_kernel where it measured faster than forward_kernel (rows in registers, up to 32 values per
+// thread) and forward_long_kernel (H100, results/h100/rmsnorm_forward_bulk_2026-11-26.md), from
+// RMSNORM_FWD_BULK_FROM (16384) columns:
+// - rows in registers: RMSNorm and LayerNorm of 2-byte types and LayerNorm of float (bf16 RMSNorm 512 x
+// 32768:
+//   96 % of a copy against 79 %), where each cluster gets two rows or more (one row each: nothing hides the
+//   wait for a whole slice; 64 x 16384 bf16 75 % against 82 %); not float RMSNorm (97.6 % either way at
+//   2048 x 32768) nor the fused add (bf16 1024 x 16384: 93 % against 98 %);
+// - longer rows: float ones (RMSNorm 256 x 65536 89 % against 81 %, LayerNorm 83 % against 69 %, the fused
+// add
+//   90 % against 85 %), and 2-byte ones only in small batches (M <= SMs / 4, e.g. 16 x 65536 bf16: 63 %
+//   against 61 %, 1 x 65536: 63 % against 46 %); larger batches of those keep forward_long_kernel (LayerNorm
+//   bf16 256 x 65536: 78 % against 70 %).
+// false: nothing launched.
+template <typename T, Norm kNorm, bool kAdd>
+bool launch_forward_bulk(const T* x, const T* res, const T* w, const T* b, T* y, T* h, Acc<T>* mean,
+                         Acc<T>* rstd, int64_t M, int N, Acc<T> eps, bool in_registers, cudaStream_t stream) {
+  if constexpr (sizeof(Acc<T>) == 4) {
+    if (!kFwdBulk || N < RMSNORM_FWD_BULK_FROM) return false;
+    if (in_registers ? kAdd || (sizeof(T) == 4 && kNorm == Norm::kRms) : sizeof(T) == 2 && M * 4 > num_sms())
+      return false;
+    const ForwardBulkPlan plan = plan_forward_bulk<T, kNorm, kAdd>(M, N);
+    if (plan.clusters == 0 || (in_registers && M <= plan.clusters)) return false;
+    launch(forward_bulk<T, kNorm, kAdd>(plan.packs), dim3(unsigned(plan.clusters * plan.cluster)),
+           dim3(kFwdBulkThreads), plan.smem, stream, {false, false, plan.cluster}, x, res, w, b, y, h, mean,
+           rstd, M, N, eps, plan.stages, plan.stages >= RMSNORM_BULK_PIPE_FROM);
+    COURSE_LAUNCH_CHECK();
+    return true;
+  }
+  return false;
+}
+
 // The most values of a row one thread of forward_kernel holds: 16, or 32 (rows up to 32768 in registers);
 // longer rows take forward_long_kernel (a build-time setting, for tuning).
 #ifndef RMSNORM_FWD_MAX_VALUES
@@ -825,6 +1153,9 @@ void launch_forward(const T* x, const T* res, const T* w, const T* b, T* y, T* h
                     int64_t M, int N, Acc<T> eps, cudaStream_t stream) {
   constexpr int V = kPack16<T>, P16 = 16 / V > 0 ? 16 / V : 1;
   if (vectorizable<T>(N, {x, res ? res : x, w, b ? b : w, y, h ? h : y})) {
+    const bool in_registers = row_threads(N / V, kFwdMaxValues >= 32 ? 2 * P16 : P16) != 0;
+    if (launch_forward_bulk<T, kNorm, kAdd>(x, res, w, b, y, h, mean, rstd, M, N, eps, in_registers, stream))
+      return;
     if (launch_forward_rows<T, kNorm, kAdd, V, P16>(x, res, w, b, y, h, mean, rstd, M, N, eps, stream))
       return;
     if (kFwdMaxValues >= 32 &&
@@ -888,42 +1219,6 @@ Plan plan_rows(int64_t M, int N, bool vec) {
 // backward_bulk_kernel's stages: at most RMSNORM_BULK_STAGES, at least 3 (two rows in flight while one is
 // worked on; 2 measured slower).
 constexpr int kBulkStages = RMSNORM_BULK_STAGES, kBulkMinStages = 3;
-
-// Clusters of `cluster` blocks of `kernel` resident at once on the current device (cached as blocks_per_sm
-// is: the answer never changes, and asking costs microseconds per call).
-inline int active_clusters(const void* kernel, int threads, size_t smem, int cluster) {
-  struct Fit {
-    int device;
-    const void* kernel;
-    int threads;
-    size_t smem;
-    int cluster, clusters;
-  };
-  static std::mutex mutex;
-  static auto* fits = new std::vector<Fit>();
-  if (blocks_per_sm(kernel, threads, smem) == 0) return 0;  // (also raises the kernel's shared memory limit)
-  if (cluster == 1) return blocks_per_sm(kernel, threads, smem) * num_sms();
-  int device = 0;
-  COURSE_CUDA_CHECK(cudaGetDevice(&device));
-  const std::lock_guard<std::mutex> lock(mutex);
-  for (const Fit& f : *fits)
-    if (f.device == device && f.kernel == kernel && f.threads == threads && f.smem == smem &&
-        f.cluster == cluster)
-      return f.clusters;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(unsigned(cluster));
-  config.blockDim = dim3(unsigned(threads));
-  config.dynamicSmemBytes = smem;
-  cudaLaunchAttribute attr;
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim = {unsigned(cluster), 1, 1};
-  config.attrs = &attr;
-  config.numAttrs = 1;
-  int clusters = 0;
-  COURSE_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
-  fits->push_back(Fit{device, kernel, threads, smem, cluster, clusters});
-  return clusters;
-}
 
 constexpr int kNarrow = RMSNORM_BULK_NARROW, kNarrowPacks = kNarrow > 0 ? 1024 / kNarrow : 1;
 

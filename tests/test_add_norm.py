@@ -77,6 +77,17 @@ def test_gradients_through_one_output(device, norm, use):
 
 @needs_gpu
 @pytest.mark.parametrize("norm", NORMS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("shape", [(600, 16384), (150, 65536)], ids=str)
+def test_long_rows_over_many_rounds_of_the_ring(norm, dtype, shape):
+    """Long rows on sm_90 run forward_bulk_kernel and backward_bulk_kernel: persistent grids of clusters, each
+    going round its ring of stages and its exchange slots several times (x and the residual arriving by bulk
+    copy, h written from the stage)."""
+    compare(norm, *inputs(shape, dtype, "cuda", norm))
+
+
+@needs_gpu
+@pytest.mark.parametrize("norm", NORMS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", GPU_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_every_fast_path_matches_on_the_gpu(norm, dtype, shape):
