@@ -279,6 +279,28 @@ __global__ __launch_bounds__(1024) void forward_long_kernel(
   cluster_done<kCluster>();
 }
 
+// The start of the bulk-copy kernels (forward_bulk_kernel, backward_bulk_kernel), sm_90: thread 0
+// initializes an mbarrier per stage of the ring (one arrival, plus the bytes its copies announce) and per
+// exchange slot (the C blocks' arrivals); the cluster (or block) synchronizes, so that no block arrives on a
+// barrier not yet initialized; then thread 0 starts the first rows' copies, fetch(row k, stage k).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+template <typename Fetch>
+__device__ __forceinline__ void start_ring(uint64_t* bars, int stages, uint64_t* xbars, int slots, int C,
+                                           int64_t rows, const Fetch& fetch) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) bulk::init(&bars[s], 1);
+    for (int s = 0; s < slots; ++s) bulk::init(&xbars[s], C);
+    bulk::fence_init();
+  }
+  if (C > 1)
+    cooperative_groups::this_cluster().sync();
+  else
+    __syncthreads();
+  if (threadIdx.x == 0)
+    for (int s = 0; s < stages && s < rows; ++s) fetch(s, s);
+}
+#endif
+
 // Build-time settings of forward_bulk_kernel, for tuning (benchmarks/rmsnorm.py --settings).
 #ifndef RMSNORM_FWD_BULK_FROM
 #define RMSNORM_FWD_BULK_FROM 16384  // rows of at least this many columns take it, where it applies (0: none)
@@ -335,17 +357,7 @@ __global__ __launch_bounds__(kThreads) void forward_bulk_kernel(
     bulk::copy(ring + int64_t(s) * I * n, x + row * N, bytes, &bars[s]);
     if constexpr (kAdd) bulk::copy(ring + int64_t(s) * I * n + n, res + row * N, bytes, &bars[s]);
   };
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < stages; ++s) bulk::init(&bars[s], 1);
-    for (int s = 0; s < X; ++s) bulk::init(&xbars[s], C);
-    bulk::fence_init();
-  }
-  if (C > 1)
-    cluster.sync();  // every block's mbarriers initialized before any block arrives on them
-  else
-    __syncthreads();
-  if (threadIdx.x == 0)
-    for (int s = 0; s < stages && s < rows; ++s) fetch(s, s);
+  start_ring(bars, stages, xbars, X, C, rows, fetch);
   const int packs = n / kVec;
   // this thread's packs: c = threadIdx.x + p kThreads, p < kPacks; their weights (and biases) in registers
   // for every row (loaded per row from L2, they stalled pass 2 on every pack: half the forward's time)
@@ -771,17 +783,7 @@ __global__ __launch_bounds__(kThreads) void backward_bulk_kernel(
     bulk::copy(ring + int64_t(s) * 2 * n, x + row * N, bytes, &bars[s]);
     bulk::copy(ring + int64_t(s) * 2 * n + n, dy + row * N, bytes, &bars[s]);
   };
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < stages; ++s) bulk::init(&bars[s], 1);
-    for (int s = 0; s < X; ++s) bulk::init(&xbars[s], C);
-    bulk::fence_init();
-  }
-  if (C > 1)
-    cluster.sync();  // every block's mbarriers initialized before any block arrives on them
-  else
-    __syncthreads();
-  if (threadIdx.x == 0)
-    for (int s = 0; s < stages && s < rows; ++s) fetch(s, s);
+  start_ring(bars, stages, xbars, X, C, rows, fetch);
   const int packs = n / kVec;
   Raw<T, kVec> wv[kPacks];
   acc_t aw[kPacks][kVec] = {}, ab[kPacks][kVec] = {};
