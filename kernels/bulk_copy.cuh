@@ -3,7 +3,7 @@
 // Memory Accelerator (cp.async.bulk, global -> shared memory, one instruction for up to a whole row), a
 // 4-byte cp.async, the mbarrier that counts their bytes, and a thread block cluster's stores and mbarrier
 // arrivals into another block's shared memory. Used by lesson 03's backward_v2_bulk_kernel
-// (layernorm.hopper.cu) and lesson 05's backward_bulk_kernel (rmsnorm_common.cuh).
+// (layernorm.hopper.cu) and lesson 05's backward_bulk_kernel and forward_bulk_kernel (rmsnorm_common.cuh).
 //
 // How an mbarrier counts: init(bar, count) expects `count` arrivals per phase; arrive_expect also announces
 // bytes of copies to come, and the phase completes when all arrivals and all those bytes are in. A waiter

@@ -32,8 +32,8 @@
 // pack. Everything is computed in Acc<T> (float, double for double inputs) and stored as T.
 // The tuning past v3 and v2 (rows pipelined by cp.async, one backward kernel ending in a grid barrier, TMA
 // bulk copies) is in layernorm.hopper.cu, explained in notebooks/03b_layernorm_hopper.ipynb; the default
-// choice, kAuto (layernorm_choices.h), runs it where it is faster, and sends rows longer than 8192 to
-// lesson 05's norm kernels (layernorm.wide.cu).
+// choice, kAuto (layernorm_choices.h), runs it where it is faster, and sends rows longer than 8192 (and the
+// backward of batches of at most 8 rows) to lesson 05's norm kernels (layernorm.wide.cu).
 #include "layernorm_common.cuh"
 
 using namespace layernorm;
@@ -411,7 +411,7 @@ template <typename T>
 int64_t layernorm_backward_v2_workspace(const T* grad_y, const T* x, const T* weight, const T* grad_x,
                                         int64_t M, int N, BackwardKernel kernel) {
   if constexpr (sizeof(T) <= 4)
-    if (wide_backward_rows<T>(M, N, kernel == BackwardKernel::kAuto))
+    if (lesson05_backward<T>(M, N, kernel == BackwardKernel::kAuto))
       return layernorm_backward_wide_workspace<T>(grad_y, x, weight, grad_x, M, N);
   return 2 * int64_t(plan_backward_v2<T>(grad_y, x, weight, grad_x, M, N, kernel).blocks) * N;
 }
@@ -421,7 +421,7 @@ void layernorm_backward_v2(const T* grad_y, const T* x, const Acc<T>* mean, cons
                            const T* weight, T* grad_x, T* grad_weight, T* grad_bias, Acc<T>* workspace,
                            int64_t M, int N, cudaStream_t stream, BackwardKernel kernel) {
   if constexpr (sizeof(T) <= 4)  // rows longer than 8192, or few rows: layernorm.wide.cu (float, half, bf16)
-    if (wide_backward_rows<T>(M, N, kernel == BackwardKernel::kAuto))
+    if (lesson05_backward<T>(M, N, kernel == BackwardKernel::kAuto))
       return layernorm_backward_wide<T>(grad_y, x, mean, rstd, weight, grad_x, grad_weight, grad_bias,
                                         workspace, M, N, stream);
   constexpr int V = kPack16<T>;

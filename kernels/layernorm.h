@@ -46,22 +46,22 @@ void layernorm_backward_v2(const T* grad_y, const T* x, const Acc<T>* mean, cons
                            int64_t M, int N, cudaStream_t stream,
                            BackwardKernel kernel = BackwardKernel::kAuto);
 
-// Rows longer than kWideFrom (layernorm.wide.cu): lesson 05's norm kernels (rmsnorm_common.cuh,
-// Norm::kLayer), which layernorm_forward_v3 and layernorm_backward_v2 run for such rows of float, half and
-// bf16 when `kernel` is kAuto.
-// Backward keeps lesson 03's kernels for 2-byte rows up to 16384, where they measured faster (H100,
-// 2026-11-26: bf16 1024x16384 63.9 % of copy against 49.7 %), except in batches of at most
-// LAYERNORM_FEW_ROWS rows: at 1x4096 lesson 03's one cooperative block, its grid barrier and partial row
-// took 15.6 us (float32; native's kernel 12.2), lesson 05's row group and a plain kernel adding its partial
-// row 11.0 us; the same or faster up to 16 rows, equal at 64
-// (results/h100/rmsnorm_forward_bulk_2026-11-26.md).
+// Lesson 05's norm kernels (rmsnorm_common.cuh, Norm::kLayer; layernorm.wide.cu), which layernorm_forward_v3
+// and layernorm_backward_v2 run for float, half and bf16 when `kernel` is kAuto:
+// - forward: rows longer than kWideFrom;
+// - backward: rows longer than kWideFrom, except 2-byte rows up to 16384, where lesson 03's kernels measured
+//   faster (H100, 2026-11-26: bf16 1024x16384 63.9 % of copy against 49.7 %); and any row in batches of at
+//   most LAYERNORM_FEW_ROWS rows: at 1x4096 lesson 03's one cooperative block, its grid barrier and partial
+//   row took 15.6 us (float32; native's kernel 12.2), lesson 05's row group and a plain kernel adding its
+//   partial row 11.0 us; the same or faster up to 16 rows, equal at 64
+//   (results/h100/rmsnorm_forward_bulk_2026-11-26.md).
 #ifndef LAYERNORM_FEW_ROWS
 #define LAYERNORM_FEW_ROWS 8
 #endif
 constexpr int kWideFrom = 8192;
 inline bool wide_rows(int N, bool automatic) { return automatic && N > kWideFrom; }
 template <typename T>
-bool wide_backward_rows(int64_t M, int N, bool automatic) {
+bool lesson05_backward(int64_t M, int N, bool automatic) {
   return automatic &&
          (M <= LAYERNORM_FEW_ROWS || (wide_rows(N, automatic) && (sizeof(T) >= 4 || N > 2 * kWideFrom)));
 }

@@ -1060,10 +1060,10 @@ auto forward_bulk(int packs) {
 }
 
 // forward_bulk_kernel's launch: the fewest blocks per row (1, 2, 4 or 8; at least
-// RMSNORM_FWD_BULK_MIN_CLUSTER) whose slices fit 8 packs per thread and leave room for 3 stages in shared
-// memory, twice as many while the rows are too few to fill the GPU otherwise; a persistent grid of as many
-// clusters as are resident at once (at most M). clusters == 0 (no plan) where none fits, or the kernel was
-// built for an older GPU.
+// RMSNORM_FWD_BULK_MIN_CLUSTER) whose slices fit kFwdBulkMostPacks packs per thread and leave room for 3
+// stages in shared memory, twice as many while the rows are too few to fill the GPU otherwise; a persistent
+// grid of as many clusters as are resident at once (at most M). clusters == 0 (no plan) where none fits, or
+// the kernel was built for an older GPU.
 struct ForwardBulkPlan {
   int cluster = 1, clusters = 0, stages = 0, packs = 0;
   size_t smem = 0;
@@ -1110,16 +1110,14 @@ constexpr bool kFwdBulk = RMSNORM_FWD_BULK_FROM > 0;
 // forward_bulk_kernel where it measured faster than forward_kernel (rows in registers, up to 32 values per
 // thread) and forward_long_kernel (H100, results/h100/rmsnorm_forward_bulk_2026-11-26.md), from
 // RMSNORM_FWD_BULK_FROM (16384) columns:
-// - rows in registers: RMSNorm and LayerNorm of 2-byte types and LayerNorm of float (bf16 RMSNorm 512 x
-// 32768:
-//   96 % of a copy against 79 %), where each cluster gets two rows or more (one row each: nothing hides the
-//   wait for a whole slice; 64 x 16384 bf16 75 % against 82 %); not float RMSNorm (97.6 % either way at
-//   2048 x 32768) nor the fused add (bf16 1024 x 16384: 93 % against 98 %);
+// - rows in registers: RMSNorm of 2-byte types and LayerNorm (bf16 RMSNorm 512 x 32768: 96 % of a copy
+//   against 79 %), where each cluster gets two rows or more (one row each: nothing hides the wait for a whole
+//   slice; 64 x 16384 bf16 75 % against 82 %); not float RMSNorm (97.6 % either way at 2048 x 32768) nor the
+//   fused add (bf16 1024 x 16384: 93 % against 98 %);
 // - longer rows: float ones (RMSNorm 256 x 65536 89 % against 81 %, LayerNorm 83 % against 69 %, the fused
-// add
-//   90 % against 85 %), and 2-byte ones only in small batches (M <= SMs / 4, e.g. 16 x 65536 bf16: 63 %
-//   against 61 %, 1 x 65536: 63 % against 46 %); larger batches of those keep forward_long_kernel (LayerNorm
-//   bf16 256 x 65536: 78 % against 70 %).
+//   add 90 % against 85 %), and 2-byte ones only in small batches (M <= SMs / 4, e.g. 16 x 65536 bf16: 63 %
+//   against 61 %, 1 x 65536: 63 % against 46 %); larger batches of those keep forward_long_kernel
+//   (LayerNorm bf16 256 x 65536: 78 % against 70 %).
 // false: nothing launched.
 template <typename T, Norm kNorm, bool kAdd>
 bool launch_forward_bulk(const T* x, const T* res, const T* w, const T* b, T* y, T* h, Acc<T>* mean,
@@ -1146,10 +1144,11 @@ bool launch_forward_bulk(const T* x, const T* res, const T* w, const T* b, T* y,
 #endif
 constexpr int kFwdMaxValues = RMSNORM_FWD_MAX_VALUES;
 
-// The fast forward: rows in registers (16 values per thread, 32 where a row needs more than 1024 threads
-// at 16), else one block per row, or a cluster of blocks per row where one block's shared memory cannot hold
-// it (sm_90); one value per pack where the row is not vectorizable. (Rows in registers over a thread block
-// cluster, as backward does, measured slower: results/h100/rmsnorm_2026-11-26.md.)
+// The fast forward: on sm_90, forward_bulk_kernel where launch_forward_bulk takes the shape; else rows in
+// registers (16 values per thread, 32 where a row needs more than 1024 threads at 16), else one block per
+// row, or a cluster of blocks per row where one block's shared memory cannot hold it (sm_90); one value per
+// pack where the row is not vectorizable. (Rows in registers over a thread block cluster, as backward does,
+// measured slower: results/h100/rmsnorm_2026-11-26.md.)
 template <typename T, Norm kNorm, bool kAdd>
 void launch_forward(const T* x, const T* res, const T* w, const T* b, T* y, T* h, Acc<T>* mean, Acc<T>* rstd,
                     int64_t M, int N, Acc<T> eps, cudaStream_t stream) {
