@@ -155,6 +155,9 @@ SETTINGS = {
     "forward long rows without bulk copies": ["-DRMSNORM_NO_FWD_BULK"],
     "forward bulk copies by 1024-thread blocks": ["-DRMSNORM_FWD_BULK_THREADS=1024"],
     "forward bulk copies over clusters of 2 blocks at least": ["-DRMSNORM_FWD_BULK_MIN_CLUSTER=2"],
+    "backward rows up to 8192 without lesson 03's rounds by bulk copy": ["-DRMSNORM_NO_ROUNDS"],
+    "backward rounds by bulk copy for 2-byte rows only": ["-DRMSNORM_ROUNDS_NO_FLOAT"],
+    "backward rounds by bulk copy from 1 row": ["-DRMSNORM_ROUNDS_FROM=1"],
 }
 SETTING_SHAPES = [
     (1024, 16384),
@@ -168,15 +171,18 @@ SETTING_SHAPES = [
 ]
 
 
-def settings(only: list[str] | None = None, backward_only: bool = False) -> list[dict]:
-    """`only`: the settings whose names contain one of these words (and "default"); all by default."""
+def settings(
+    only: list[str] | None = None, backward_only: bool = False, shapes: list[tuple[int, int]] | None = None
+) -> list[dict]:
+    """`only`: the settings whose names contain one of these words (and "default"); all by default.
+    `shapes`: (M, N) pairs (default SETTING_SHAPES)."""
     from helpers import loader
 
     rows = []
     chosen = {k: v for k, v in SETTINGS.items() if k == "default" or not only or any(w in k for w in only)}
     exts = {name: loader.load("rmsnorm", extra_cuda_cflags=flags) for name, flags in chosen.items()}
     for dtype in (torch.float32, torch.bfloat16):
-        for m, n in SETTING_SHAPES:
+        for m, n in shapes or SETTING_SHAPES:
             case = sweep.Case((m, n), dtype, "cuda")
             x, g, w = case.randn(), case.randn(seed=1), case.randn((n,), seed=2)
             rstd = exts["default"].forward(x, w, EPS)[1]
@@ -200,6 +206,8 @@ if __name__ == "__main__":
     parser.add_argument("--settings", action="store_true", help="time forward and backward under each setting")
     parser.add_argument("--only", nargs="*", metavar="WORD", help="the settings whose names contain a WORD")
     parser.add_argument("--backward", action="store_true", help="backward only")
+    parser.add_argument("--shapes", nargs="*", metavar="MxN", help="shapes to time (default: the long rows)")
     args = parser.parse_args()
     if args.settings:
-        settings(args.only, backward_only=args.backward)
+        shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes] if args.shapes else None
+        settings(args.only, backward_only=args.backward, shapes=shapes)

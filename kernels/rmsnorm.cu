@@ -31,7 +31,11 @@
 //                memory), else 16 values per thread; longer rows on sm_90 backward_bulk_kernel (a cluster
 //                of 1 to 8 blocks per row, the row's slices by bulk copy into shared memory, two rows in
 //                flight: x and grad_y read once), elsewhere backward_long_rows_kernel, then
-//                backward_long_cols_kernel (read twice).
+//                backward_long_cols_kernel (read twice). On sm_90, rows of one 16-byte pack per thread
+//                (2-byte up to 8192, float up to 4096) take lesson 03's backward_v2_bulk_kernel<kRms>
+//                (layernorm_bulk.cuh), as LayerNorm's 2-byte rows do: rounds of whole rows by bulk copy,
+//                three in flight per SM, a cooperative grid that finishes grad_weight itself (bfloat16
+//                73-78 -> 83-87 % of a copy; results/h100/rmsnorm_rounds_2026-11-26.md).
 //
 // Unaligned pointers, or N not a multiple of the pack width, run the same kernels with one value per pack.
 // Everything is computed in Acc<T> (float, double for double inputs) and stored as T.

@@ -39,6 +39,7 @@
 #include <type_traits>
 
 #include "bulk_copy.cuh"
+#include "layernorm_bulk.cuh"  // lesson 03's backward_v2_bulk_kernel, which RMSNorm's 2-byte rows take (kind 4)
 #include "layernorm_common.cuh"
 
 namespace rmsnorm {
@@ -1170,9 +1171,10 @@ void launch_forward(const T* x, const T* res, const T* w, const T* b, T* y, T* h
 }
 
 // How the fast backward runs. kind 1: backward_kernel, packs of kVec (vectorized) or 1, rows over `cluster`
-// blocks; 2: the long-row pair; 3: backward_bulk_kernel over `cluster` blocks per row. blocks: the grid of
-// backward_kernel, or the row slices of the long pair; partial_rows(): the rows of partial sums (one per
-// cluster).
+// blocks; 2: the long-row pair; 3: backward_bulk_kernel over `cluster` blocks per row; 4: lesson 03's
+// backward_v2_bulk_kernel<kRms> (layernorm_bulk.cuh: whole rounds of rows by bulk copy, a cooperative grid
+// that finishes grad_weight itself). blocks: the grid of backward_kernel, or the row slices of the long pair;
+// partial_rows(): the rows of partial sums (one per cluster).
 struct Plan {
   int kind = 0;
   bool vec = false;
@@ -1289,6 +1291,43 @@ constexpr bool kBulk = false;
 constexpr bool kBulk = true;
 #endif
 
+// RMSNorm's rows of one 16-byte pack per thread of a 1024-thread block (2-byte rows up to 8192, float up to
+// 4096), in batches of at least RMSNORM_ROUNDS_FROM rows, take lesson 03's backward_v2_bulk_kernel (kind 4)
+// on sm_90, as LayerNorm's 2-byte rows do: rounds of whole rows by bulk copy, three in flight per SM, against
+// backward_kernel's one row prefetched into registers. H100, % of a copy (rmsnorm_rounds_2026-11-26.md):
+// bfloat16 73-78 -> 83 at 65536 x 256 to 2048 x 8192, float32 83-85 -> 89-90 up to 4096 columns; one row of
+// 4096 slower (bfloat16 9.6 -> 11.3 us), 16 rows equal. Build-time settings, for tuning: RMSNORM_NO_ROUNDS
+// (never), RMSNORM_ROUNDS_NO_FLOAT (2-byte rows only), RMSNORM_ROUNDS_FROM.
+#ifndef RMSNORM_ROUNDS_FROM
+#define RMSNORM_ROUNDS_FROM 16
+#endif
+template <typename T, Norm kNorm>
+constexpr bool kRounds =
+#if defined(RMSNORM_NO_ROUNDS)
+    false;
+#elif defined(RMSNORM_ROUNDS_NO_FLOAT)
+    kNorm == Norm::kRms && sizeof(T) == 2;
+#else
+    kNorm == Norm::kRms && sizeof(T) <= 4;
+#endif
+template <typename T, Norm kNorm>
+Plan plan_rounds(const T* dh, int64_t M, int N, bool vec) {
+  Plan plan;
+  if constexpr (kRounds<T, kNorm>) {
+    if (!vec || dh != nullptr || M < RMSNORM_ROUNDS_FROM) return plan;
+    // planned with grad_weight of type T: the kernel of another P has the same block and shared memory
+    const layernorm::BackwardPlan p = layernorm::plan_backward_bulk<T, true>(M, N, true);
+    if (p.kind != 4) return plan;
+    plan.kind = 4;
+    plan.vec = true;
+    plan.packs = 1;
+    plan.block = p.block;
+    plan.blocks = p.blocks;
+    plan.smem = p.smem;
+  }
+  return plan;
+}
+
 // Rows in registers at 8 values of x and of grad_y per thread; longer float rows by backward_bulk_kernel
 // (sm_90), double ones up to twice what one block holds that way over a cluster of 2 blocks (sm_90); else 16
 // values per thread; else (2-byte types) backward_bulk_kernel; else the long-row pair, over about 4 column
@@ -1301,7 +1340,8 @@ template <typename T, Norm kNorm>
 Plan plan_backward(const T* dy, const T* dh, const T* x, const T* w, const T* dx, int64_t M, int N) {
   constexpr int V = kPack16<T>, P8 = 8 / V > 0 ? 8 / V : 1;
   const bool vec = vectorizable<T>(N, {dy, dh ? dh : dy, x, w, dx});
-  Plan plan;
+  Plan plan = plan_rounds<T, kNorm>(dh, M, N, vec);
+  if (plan.kind != 0) return plan;
   if (kBulk && RMSNORM_BULK_FROM > 0 && N >= RMSNORM_BULK_FROM) plan = plan_bulk<T, kNorm>(M, N, vec);
   if (plan.kind != 0) return plan;
   if (vec) {
@@ -1353,6 +1393,20 @@ void launch_backward(const T* dy, const T* dh, const T* x, const Acc<T>* mean, c
       go(backward_kernel<T, kNorm, V, P8>);
     else
       go(backward_kernel<T, kNorm, V, 2 * P8>);
+  } else if (plan.kind == 4) {
+    if constexpr (kRounds<T, kNorm>) {
+      // The plan again with grad_weight's type P: it sets that kernel's shared-memory limit (planned for P =
+      // T, the same block, shared memory and grid, so the workspace fits).
+      const layernorm::BackwardPlan p = layernorm::plan_backward_bulk<T, true, P>(M, N, true);
+      if (p.kind != 4 || p.blocks > plan.blocks)
+        throw std::logic_error("rmsnorm: backward_v2_bulk_kernel's plan changed with grad_weight's type");
+      // a cooperative launch, the split grid barrier (kBulkCopySplitBarrier's); the kernel also adds the
+      // partial rows (no sum_partials_kernel)
+      launch(layernorm::backward_v2_bulk_kernel<T, V, true, true, P>, dim3(unsigned(p.blocks)), p.block,
+             p.smem, stream, {true, false}, dy, x, mean, rstd, w, dx, workspace, dw, db, M, N);
+      COURSE_LAUNCH_CHECK();
+      return;
+    }
   } else if (plan.kind == 3) {
     if constexpr (sizeof(Acc<T>) == 4) {
       launch(bulk_kernel<T, kNorm>(plan.packs), dim3(unsigned(plan.blocks)), plan.block, plan.smem, stream,

@@ -403,7 +403,7 @@ def test_many_rows_match_the_cpu_implementation(ext, dtype, shape):
     check.assert_close(gbc.cpu(), gb, **tol)
 
 
-@pytest.mark.parametrize("name", ["layernorm.cu", "layernorm.hopper.cu"])
+@pytest.mark.parametrize("name", ["layernorm.cu", "layernorm.hopper.cu", "layernorm_bulk.cuh"])
 def test_kernel_file_header_maps_every_kernel(name):
     """The header of each LayerNorm kernel file is a map: every kernel it names exists, and every kernel
     the file defines is named there."""
@@ -413,7 +413,8 @@ def test_kernel_file_header_maps_every_kernel(name):
     kernel = r"__global__\s+(?:__launch_bounds__\([^)]*\)\s+)?void\s+(\w+)\("
     defined = set(re.findall(kernel, text))
     named = set(re.findall(r"\b(\w+_kernel)\b", header))
-    everywhere = "".join((loader.KERNELS / f).read_text() for f in ("layernorm.cu", "layernorm.exercises.cu", name))
+    files = ("layernorm.cu", "layernorm.exercises.cu", "layernorm_bulk.cuh", name)
+    everywhere = "".join((loader.KERNELS / f).read_text() for f in files)
     assert defined and defined <= named, f"{name} defines kernels its header does not map: {sorted(defined - named)}"
     missing = named - set(re.findall(kernel, everywhere))
     assert not missing, f"{name}'s header names kernels that do not exist: {sorted(missing)}"
