@@ -915,7 +915,8 @@ __global__ __launch_bounds__(kThreads) void backward_bulk_kernel(
 #endif
 }
 
-// grad_w (blockIdx.y == 0) or grad_b (1, LayerNorm): the sum of the G partial rows of each column. A block is
+// grad_w (blockIdx.y == 0) or grad_b (1, LayerNorm): the sum of the G partial rows of each column, the way
+// lesson 03's sum_partials_kernel (layernorm.cu) adds them, with grad_weight's type P and PDL. A block is
 // 32 x kSegs threads: thread x owns kCols adjacent columns (one 16-byte load per partial row where N allows),
 // thread y adds rows y, y + kSegs, y + 2 kSegs, ... in row order, four of them in flight at a time, then the
 // kSegs sums of each column are added in order through shared memory: the same bits on every run. Launched
