@@ -28,7 +28,8 @@
 //                             the partial column sums by column tiles (x and grad_y read twice)
 //   sum_partials_kernel       adds the partial rows in a fixed order (the same bits on every run), launched
 //                             with PDL after the kernel that writes them
-//   launch_forward (plan_forward_bulk), plan_backward (plan_rows, plan_bulk), launch_backward: the host side
+//   launch_forward (plan_forward_bulk), plan_backward (plan_rounds: lesson 03's bulk-copy kernel,
+//                             layernorm_bulk.cuh; plan_rows, plan_bulk), launch_backward: the host side
 //
 // Backward, with xhat = (x - mean) * rstd (mean = 0 for RMSNorm) and g = grad_y * w, per row:
 //   grad_x = rstd * (g - mean(g) - xhat * mean(g * xhat)) [+ grad_h]    (RMSNorm: no mean(g) term)
