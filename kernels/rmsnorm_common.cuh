@@ -41,7 +41,7 @@
 #include <type_traits>
 
 #include "bulk_copy.cuh"
-#include "layernorm_bulk.cuh"  // lesson 03's backward_v2_bulk_kernel, which RMSNorm's 2-byte rows take (kind 4)
+#include "layernorm_bulk.cuh"  // lesson 03's backward_v2_bulk_kernel, which RMSNorm's short rows take (kind 4)
 #include "layernorm_common.cuh"
 
 namespace rmsnorm {
