@@ -73,6 +73,16 @@ __device__ __forceinline__ void arrive_remote(uint64_t* bar, int rank) {
   asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote(bar, rank))
                : "memory");
 }
+// A float into block `rank`'s shared memory by st.async, which counts its 4 bytes on that block's mbarrier
+// `bar` (complete_tx) when they land. No fence: a release arrival (arrive_remote) is one, and waits until
+// every earlier global store of the thread has landed (Nsight Compute's "membar" stall, the largest in
+// rmsnorm_common.cuh's bulk kernels, whose threads store a row of the output just before the exchange).
+__device__ __forceinline__ void store_async_remote(float* p, int rank, float v, uint64_t* bar) {
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];" ::"r"(remote(p, rank)),
+      "f"(v), "r"(remote(bar, rank))
+      : "memory");
+}
 __device__ __forceinline__ void wait_cluster(uint64_t* bar, uint32_t parity) {
   uint32_t done = 0;
   while (!done)

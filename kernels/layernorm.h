@@ -49,21 +49,26 @@ void layernorm_backward_v2(const T* grad_y, const T* x, const Acc<T>* mean, cons
 // Lesson 05's norm kernels (rmsnorm_common.cuh, Norm::kLayer; layernorm.wide.cu), which layernorm_forward_v3
 // and layernorm_backward_v2 run for float, half and bf16 when `kernel` is kAuto:
 // - forward: rows longer than kWideFrom;
-// - backward: rows longer than kWideFrom, except 2-byte rows up to 16384, where lesson 03's kernels measured
-//   faster (H100, 2026-11-26: bf16 1024x16384 63.9 % of copy against 49.7 %); and any row in batches of at
-//   most LAYERNORM_FEW_ROWS rows: at 1x4096 lesson 03's one cooperative block, its grid barrier and partial
-//   row took 15.6 us (float32; native's kernel 12.2), lesson 05's row group and a plain kernel adding its
-//   partial row 11.0 us; the same or faster up to 16 rows, equal at 64
+// - backward: rows longer than kWideFrom, except 2-byte rows shorter than 16384, which stay with lesson 03's
+//   kernels (its bulk-copy kernel: 79-84 % of a copy at N <= 8192); at bf16 1024x16384 lesson 03's
+//   measured 62.0 %, lesson 05's backward_bulk_kernel 76.1 % once its exchange stopped waiting for the row's
+//   stores (results/h100/norm_backward_exchange_2026-11-27.md); and any row in batches of at most
+//   LAYERNORM_FEW_ROWS rows: at 1x4096 lesson 03's one cooperative block, its grid barrier and partial row
+//   took 15.6 us (float32; native's kernel 12.2), lesson 05's row group and a plain kernel adding its partial
+//   row 11.0 us; the same or faster up to 16 rows, equal at 64
 //   (results/h100/rmsnorm_forward_bulk_2026-11-26.md).
 #ifndef LAYERNORM_FEW_ROWS
 #define LAYERNORM_FEW_ROWS 8
+#endif
+#ifndef LAYERNORM_WIDE_BWD_2BYTE_FROM
+#define LAYERNORM_WIDE_BWD_2BYTE_FROM 16384
 #endif
 constexpr int kWideFrom = 8192;
 inline bool wide_rows(int N, bool automatic) { return automatic && N > kWideFrom; }
 template <typename T>
 bool lesson05_backward(int64_t M, int N, bool automatic) {
-  return automatic &&
-         (M <= LAYERNORM_FEW_ROWS || (wide_rows(N, automatic) && (sizeof(T) >= 4 || N > 2 * kWideFrom)));
+  return automatic && (M <= LAYERNORM_FEW_ROWS ||
+                       (wide_rows(N, automatic) && (sizeof(T) >= 4 || N >= LAYERNORM_WIDE_BWD_2BYTE_FROM)));
 }
 template <typename T>
 void layernorm_forward_wide(const T* x, const T* weight, const T* bias, T* y, Acc<T>* mean, Acc<T>* rstd,
