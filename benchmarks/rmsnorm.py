@@ -159,7 +159,7 @@ SETTINGS = {
     "backward rounds by bulk copy for 2-byte rows only": ["-DRMSNORM_ROUNDS_NO_FLOAT"],
     "backward rounds by bulk copy from 1 row": ["-DRMSNORM_ROUNDS_FROM=1"],
     "bulk-copy kernels with a cluster barrier at the end": ["-DRMSNORM_BULK_END_SYNC"],
-    "backward 2-byte rows of 16384 in registers (not bulk copies)": ["-DRMSNORM_BULK_RMS_FROM=0"],
+    "backward 2-byte rows of 16384 in registers (not bulk copies)": ["-DRMSNORM_BULK_2BYTE_FROM=0"],
     "backward bulk copies, 2-byte rows of 4 packs per thread": ["-DRMSNORM_BULK_NARROW_PACKS=4"],
 }
 SETTING_SHAPES = [

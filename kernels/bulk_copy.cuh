@@ -1,8 +1,8 @@
 // kernels/bulk_copy.cuh: the few PTX instructions of Hopper's asynchronous copies that the course's kernels
 // use (defined for sm_90+ device code only: their callers sit under the same #if): a bulk copy by the Tensor
 // Memory Accelerator (cp.async.bulk, global -> shared memory, one instruction for up to a whole row), a
-// 4-byte cp.async, the mbarrier that counts their bytes, and a thread block cluster's stores and mbarrier
-// arrivals into another block's shared memory. Used by lesson 03's backward_v2_bulk_kernel
+// 4-byte cp.async, the mbarrier that counts their bytes, and a thread block cluster's stores into another
+// block's shared memory, counted on that block's mbarrier. Used by lesson 03's backward_v2_bulk_kernel
 // (layernorm.hopper.cu) and lesson 05's backward_bulk_kernel and forward_bulk_kernel (rmsnorm_common.cuh).
 //
 // How an mbarrier counts: init(bar, count) expects `count` arrivals per phase; arrive_expect also announces
@@ -58,25 +58,18 @@ __device__ __forceinline__ void wait(uint64_t* bar, uint32_t parity) {
         : "r"(smem_addr(bar)), "r"(parity)
         : "memory");
 }
-// Thread block clusters: a float stored into, and an arrival on an mbarrier of, block `rank`'s shared memory
-// (the same variable's address in that block: distributed shared memory), and a wait that sees other blocks'
-// stores before its barrier's arrivals (acquire at cluster scope; their arrivals release).
+// Thread block clusters: the address of the same variable in block `rank`'s shared memory (distributed
+// shared memory); a float stored there by st.async, which counts its 4 bytes on that block's mbarrier `bar`
+// (complete_tx) when they land; and a wait, at cluster scope, for such a barrier's phase. No fence: the
+// first exchange stored with st.shared::cluster and then arrived with mbarrier.arrive.release.cluster, and
+// a release waits until every earlier store of the thread has landed, global ones included (Nsight
+// Compute's "membar" stall, the largest in rmsnorm_common.cuh's bulk kernels, whose threads store a row of
+// the output just before the exchange).
 __device__ __forceinline__ uint32_t remote(const void* p, int rank) {
   uint32_t r;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(smem_addr(p)), "r"(rank));
   return r;
 }
-__device__ __forceinline__ void store_remote(float* p, int rank, float v) {
-  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(remote(p, rank)), "f"(v) : "memory");
-}
-__device__ __forceinline__ void arrive_remote(uint64_t* bar, int rank) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote(bar, rank))
-               : "memory");
-}
-// A float into block `rank`'s shared memory by st.async, which counts its 4 bytes on that block's mbarrier
-// `bar` (complete_tx) when they land. No fence: a release arrival (arrive_remote) is one, and waits until
-// every earlier global store of the thread has landed (Nsight Compute's "membar" stall, the largest in
-// rmsnorm_common.cuh's bulk kernels, whose threads store a row of the output just before the exchange).
 __device__ __forceinline__ void store_async_remote(float* p, int rank, float v, uint64_t* bar) {
   asm volatile(
       "st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];" ::"r"(remote(p, rank)),

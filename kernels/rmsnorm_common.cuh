@@ -1291,9 +1291,9 @@ constexpr int kBulkStages = RMSNORM_BULK_STAGES, kBulkMinStages = 3;
 // Packs per thread of those blocks: 1024 / kNarrow (2); RMSNorm's rows that one block takes at 2048 /
 // kNarrow (4): rows of 16384 at one block per row measured 79 % of a copy (bfloat16 1024 x 16384), against
 // 73 % by backward_kernel. Longer rows keep 2 packs (clusters of 4 at 32768): 4 packs (clusters of 2)
-// measured 2-4 % faster while the exchange waited for the row's stores (arrive_remote), 1-2.5 % slower since
-// (deliver_sums); LayerNorm's 4 were 3-5 % slower, its partial rows (grad_weight's, grad_bias's) twice as
-// many.
+// measured 2-4 % faster while the exchange waited for the row's stores (a release arrival), 1-2.5 % slower
+// since (deliver_sums); LayerNorm's 4 were 3-5 % slower, its partial rows (grad_weight's, grad_bias's) twice
+// as many.
 #ifndef RMSNORM_BULK_NARROW_PACKS
 #define RMSNORM_BULK_NARROW_PACKS (RMSNORM_BULK_NARROW > 0 ? 1024 / RMSNORM_BULK_NARROW : 1)
 #endif
@@ -1370,18 +1370,14 @@ Plan plan_bulk(int64_t M, int N, bool vec) {
 #endif
 // 2-byte rows from this many columns (16384): backward_kernel (rows in registers) measured 72.7 % of a copy
 // at bfloat16 1024 x 16384 (RMSNorm), backward_bulk_kernel 79.1 % (one block of 512 threads per row;
-// LayerNorm, which came here from lesson 03's kernel at 62.0 %: 76.1 %, two blocks per row).
-#ifndef RMSNORM_BULK_RMS_FROM
-#define RMSNORM_BULK_RMS_FROM 16384
+// LayerNorm, which came here from lesson 03's kernel at 62.0 %: 76.1 %, two blocks per row). 0: off.
+#ifndef RMSNORM_BULK_2BYTE_FROM
+#define RMSNORM_BULK_2BYTE_FROM 16384
 #endif
-#ifndef RMSNORM_BULK_LN_FROM
-#define RMSNORM_BULK_LN_FROM 16384
-#endif
-template <typename T, Norm kNorm>
-constexpr int kBulkFrom =
-    RMSNORM_BULK_FROM > 0           ? RMSNORM_BULK_FROM
-    : sizeof(T) == 2 && kNarrow > 0 ? (kNorm == Norm::kRms ? RMSNORM_BULK_RMS_FROM : RMSNORM_BULK_LN_FROM)
-                                    : 0;
+template <typename T>
+constexpr int kBulkFrom = RMSNORM_BULK_FROM > 0           ? RMSNORM_BULK_FROM
+                          : sizeof(T) == 2 && kNarrow > 0 ? RMSNORM_BULK_2BYTE_FROM
+                                                          : 0;
 #ifdef RMSNORM_NO_BULK
 constexpr bool kBulk = false;
 #else
@@ -1439,7 +1435,7 @@ Plan plan_backward(const T* dy, const T* dh, const T* x, const T* w, const T* dx
   const bool vec = vectorizable<T>(N, {dy, dh ? dh : dy, x, w, dx});
   Plan plan = plan_rounds<T, kNorm>(dh, M, N, vec);
   if (plan.kind != 0) return plan;
-  if (kBulk && kBulkFrom<T, kNorm> > 0 && N >= kBulkFrom<T, kNorm>) plan = plan_bulk<T, kNorm>(M, N, vec);
+  if (kBulk && kBulkFrom<T> > 0 && N >= kBulkFrom<T>) plan = plan_bulk<T, kNorm>(M, N, vec);
   if (plan.kind != 0) return plan;
   if (vec) {
     plan = plan_rows<T, kNorm, V, P8>(M, N, true);
