@@ -161,6 +161,7 @@ SETTINGS = {
     "bulk-copy kernels with a cluster barrier at the end": ["-DRMSNORM_BULK_END_SYNC"],
     "backward 2-byte rows of 16384 in registers (not bulk copies)": ["-DRMSNORM_BULK_2BYTE_FROM=0"],
     "backward bulk copies, 2-byte rows of 4 packs per thread": ["-DRMSNORM_BULK_NARROW_PACKS=4"],
+    "bulk-copy rings started with all their stages at once": ["-DRMSNORM_BULK_FIRST_ROWS=0"],
 }
 SETTING_SHAPES = [
     (1024, 16384),

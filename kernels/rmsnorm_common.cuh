@@ -287,13 +287,25 @@ __global__ __launch_bounds__(1024) void forward_long_kernel(
 // The start of the bulk-copy kernels (forward_bulk_kernel, backward_bulk_kernel), sm_90: thread 0
 // initializes an mbarrier per stage of the ring (one arrival, plus the bytes its copies announce) and per
 // exchange slot (deliver_sums); the cluster (or block) synchronizes, so that no block arrives on a barrier
-// not yet initialized; then thread 0 starts the first rows' copies, fetch(row k, stage k). (Started before
+// not yet initialized; then thread 0 starts the first `first` rows' copies, fetch(row k, stage k), and
+// fill_ring the others once row 0 has landed (RMSNORM_BULK_FIRST_ROWS says why). (Started before
 // the barrier, on the block's own barriers, they made the backward 1-3 us slower: the other threads' loads
 // of the weights, which the first row waits for, then queue behind them.)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// A row's stage in the ring and the phase parity its mbarrier completes with, counted row by row: k % stages
+// and k / stages (stages known at run time) cost a 32-bit division per pass per row, whose chain of
+// dependent instructions held every warp at once: 10 % of the backward's stall samples (Nsight Compute).
+struct RingCursor {
+  int stage = 0;
+  uint32_t phase = 0;
+  __device__ __forceinline__ void advance(int stages) {
+    if (++stage == stages) stage = 0, phase ^= 1;
+  }
+};
+
 template <typename Fetch>
 __device__ __forceinline__ void start_ring(uint64_t* bars, int stages, uint64_t* xbars, int slots, int C,
-                                           int64_t rows, const Fetch& fetch) {
+                                           int64_t rows, int first, const Fetch& fetch) {
   if (threadIdx.x == 0) {
     for (int s = 0; s < stages; ++s) bulk::init(&bars[s], 1);
     for (int s = 0; s < slots; ++s) bulk::init(&xbars[s], 1);  // (the block's own arrival, plus C deliveries)
@@ -304,7 +316,14 @@ __device__ __forceinline__ void start_ring(uint64_t* bars, int stages, uint64_t*
   else
     __syncthreads();
   if (threadIdx.x == 0)
-    for (int s = 0; s < stages && s < rows; ++s) fetch(s, s);
+    for (int s = 0; s < first && s < stages && s < rows; ++s) fetch(s, s);
+}
+
+// The rest of the ring's first rows (stages first, first + 1, ...), which thread 0 starts once row 0 is in.
+template <typename Fetch>
+__device__ __forceinline__ void fill_ring(int stages, int64_t rows, int first, const Fetch& fetch) {
+  if (threadIdx.x == 0)
+    for (int s = first; s < stages && s < rows; ++s) fetch(s, s);
 }
 
 // The bulk kernels' exchange of row k's K numbers (threads 0..C-1 of each block): thread r stores them into
@@ -351,7 +370,7 @@ template <typename T, Norm kNorm, bool kAdd, int kVec, int kPacks, int kThreads>
 __global__ __launch_bounds__(kThreads) void forward_bulk_kernel(
     const T* __restrict__ x_, const T* __restrict__ res_, const T* __restrict__ w_, const T* __restrict__ b_,
     T* __restrict__ y_, T* __restrict__ h_, Acc<T>* __restrict__ mean, Acc<T>* __restrict__ rstd, int64_t M,
-    int N, Acc<T> eps, int stages, bool pipe) {
+    int N, Acc<T> eps, int stages, bool pipe, int first_rows) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using acc_t = Acc<T>;
   constexpr int K = kNorm == Norm::kLayer ? 2 : 1;  // numbers per block and row: sum (of squares), deviations
@@ -378,7 +397,7 @@ __global__ __launch_bounds__(kThreads) void forward_bulk_kernel(
     bulk::copy(ring + int64_t(s) * I * n, x + row * N, bytes, &bars[s]);
     if constexpr (kAdd) bulk::copy(ring + int64_t(s) * I * n + n, res + row * N, bytes, &bars[s]);
   };
-  start_ring(bars, stages, xbars, X, C, rows, fetch);
+  start_ring(bars, stages, xbars, X, C, rows, first_rows, fetch);
   const auto deliver = [&](int64_t k, const acc_t(&sums)[K]) {
     deliver_sums<K, X>(slots, xbars, k, C, rank, sums);
   };
@@ -413,9 +432,12 @@ __global__ __launch_bounds__(kThreads) void forward_bulk_kernel(
   };
   // Pass 1 of row k: the wait for its stage, the block's numbers, and (cluster) their delivery to every
   // block (deliver_sums).
+  RingCursor next;  // the stage (and phase) of the next row pass 1 takes
   const auto pass1 = [&](int64_t k, acc_t(&sums)[K]) {
-    const int s = int(k % stages);
-    bulk::wait(&bars[s], uint32_t(k / stages) & 1);
+    const int s = next.stage;
+    bulk::wait(&bars[s], next.phase);
+    next.advance(stages);
+    if (k == 0) fill_ring(stages, rows, first_rows, fetch);
     acc_t s0[1] = {0};
     each_pack([&](int, int c) {
       const Raw<T, kVec> v = input(s, c);
@@ -464,9 +486,8 @@ __global__ __launch_bounds__(kThreads) void forward_bulk_kernel(
     }
   };
   // Pass 2 of row k: y from its stage.
-  const auto pass2 = [&](int64_t k, acc_t mu, acc_t rs) {
+  const auto pass2 = [&](int64_t k, int s, acc_t mu, acc_t rs) {
     const int64_t row = first + k * G;
-    const int s = int(k % stages);
     each_pack([&](int p, int c) {
       const Raw<T, kVec> v = input(s, c);
       acc_t out[kVec];
@@ -486,12 +507,13 @@ __global__ __launch_bounds__(kThreads) void forward_bulk_kernel(
   // refilled after the first block barrier that follows its pass 2.
   acc_t sums[K], sums1[K] = {}, mu, rs;
   if (pipe && rows > 0) pass1(0, sums);
-  for (int64_t k = 0; k < rows; ++k) {
+  for (int64_t k = 0, s = 0; k < rows; ++k, s = s + 1 == stages ? 0 : s + 1) {  // s: row k's stage
     if (!pipe) pass1(k, sums);
     if (pipe && k + 1 < rows) pass1(k + 1, sums1);
-    if (threadIdx.x == 0 && k >= 1 && k - 1 + stages < rows) fetch(k - 1 + stages, int((k - 1) % stages));
+    if (threadIdx.x == 0 && k >= 1 && k - 1 + stages < rows)
+      fetch(k - 1 + stages, int(s == 0 ? stages : s) - 1);
     gather(k, sums, mu, rs);
-    pass2(k, mu, rs);
+    pass2(k, int(s), mu, rs);
     if (pipe)
 #pragma unroll
       for (int q = 0; q < K; ++q) sums[q] = sums1[q];
@@ -762,6 +784,18 @@ __global__ __launch_bounds__(256) void backward_long_cols_kernel(
 #ifndef RMSNORM_BULK_PIPE_FROM
 #define RMSNORM_BULK_PIPE_FROM 4  // rings of at least this many stages take the next row's pass 1 early
 #endif
+#ifndef RMSNORM_BULK_FIRST_ROWS
+// Rows the ring starts with (0: all its stages); thread 0 starts the rest once row 0 is in. With all four
+// at once, row 1 landed with every SM's four stages, 4 us after row 0 (the timeline of 2026-11-26), and row
+// 0's pass waited for it. Two: the bf16 backward 0.5-3 % faster at 2^24 (LayerNorm 512 x 32768 71.0 ->
+// 73.7 %), the forward within the runs' spread but for LayerNorm bf16 512 x 32768 (+3-4 %); one: slower.
+// (Also measured there, no gain: row 0 exchanged and written before row 1's pass 1.)
+#define RMSNORM_BULK_FIRST_ROWS 2
+#endif
+// The rows both bulk kernels' rings start with.
+inline int first_rows(int stages) {
+  return RMSNORM_BULK_FIRST_ROWS > 0 && RMSNORM_BULK_FIRST_ROWS < stages ? RMSNORM_BULK_FIRST_ROWS : stages;
+}
 
 // Rows too long for registers, on sm_90: a persistent grid of thread block clusters of C = 1, 2, 4 or 8
 // blocks (C at run time), each cluster taking rows first, first + G, ... (G clusters), block r of a cluster
@@ -779,7 +813,8 @@ template <typename T, Norm kNorm, int kVec, int kPacks, int kThreads = 1024>
 __global__ __launch_bounds__(kThreads) void backward_bulk_kernel(
     const T* __restrict__ dy_, const T* __restrict__ dh_, const T* __restrict__ x_,
     const Acc<T>* __restrict__ mean, const Acc<T>* __restrict__ rstd, const T* __restrict__ w_,
-    T* __restrict__ dx_, Acc<T>* __restrict__ partials, int64_t M, int N, int stages, bool pipe) {
+    T* __restrict__ dx_, Acc<T>* __restrict__ partials, int64_t M, int N, int stages, bool pipe,
+    int first_rows) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using acc_t = Acc<T>;
   constexpr int K = kSums<kNorm>;
@@ -806,7 +841,7 @@ __global__ __launch_bounds__(kThreads) void backward_bulk_kernel(
     bulk::copy(ring + int64_t(s) * 2 * n, x + row * N, bytes, &bars[s]);
     bulk::copy(ring + int64_t(s) * 2 * n + n, dy + row * N, bytes, &bars[s]);
   };
-  start_ring(bars, stages, xbars, X, C, rows, fetch);
+  start_ring(bars, stages, xbars, X, C, rows, first_rows, fetch);
   const int packs = n / kVec;
   acc_t wv[kPacks][kVec] = {}, aw[kPacks][kVec] = {}, ab[kPacks][kVec] = {};  // weights as floats
 #pragma unroll
@@ -825,15 +860,17 @@ __global__ __launch_bounds__(kThreads) void backward_bulk_kernel(
   const acc_t inv_n = acc_t(1) / N;
   // Pass 1 of row k: its statistics (loaded a row ahead), the wait for its stage, the block's two sums, and
   // (cluster) their delivery to every block of the cluster (deliver_sums).
+  RingCursor next;  // the stage (and phase) of the next row pass 1 takes
   const auto pass1 = [&](int64_t k, acc_t& mu, acc_t& rs, acc_t(&sums)[K]) {
     mu = mu_pre, rs = rs_pre;
     if (k + 1 < rows) {
       if constexpr (kNorm == Norm::kLayer) mu_pre = mean[first + (k + 1) * G];
       rs_pre = rstd[first + (k + 1) * G];
     }
-    const int s = int(k % stages);
-    const T* xs = ring + int64_t(s) * 2 * n;
-    bulk::wait(&bars[s], uint32_t(k / stages) & 1);
+    const T* xs = ring + int64_t(next.stage) * 2 * n;
+    bulk::wait(&bars[next.stage], next.phase);
+    next.advance(stages);
+    if (k == 0) fill_ring(stages, rows, first_rows, fetch);
 #pragma unroll
     for (int q = 0; q < K; ++q) sums[q] = 0;  // of g * xhat, and (LayerNorm) of g, with g = grad_y * w
 #pragma unroll
@@ -870,9 +907,9 @@ __global__ __launch_bounds__(kThreads) void backward_bulk_kernel(
     }
   };
   // Pass 2 of row k: grad_x from its stage, and the column sums.
-  const auto pass2 = [&](int64_t k, acc_t mu, acc_t rs, const acc_t(&sums)[K]) {
+  const auto pass2 = [&](int64_t k, int s, acc_t mu, acc_t rs, const acc_t(&sums)[K]) {
     const int64_t row = first + k * G;
-    const T* xs = ring + int64_t(k % stages) * 2 * n;
+    const T* xs = ring + int64_t(s) * 2 * n;
     // grad_x = rstd * (g - mean(g)) - xhat * (rstd * mean(g * xhat))
     const acc_t mgx = sums[0] * inv_n * rs, mg = K == 2 ? sums[K - 1] * inv_n * rs : acc_t(0);
 #pragma unroll
@@ -901,12 +938,13 @@ __global__ __launch_bounds__(kThreads) void backward_bulk_kernel(
   // follows its pass 2 (in pass 1 of the next row but one, or of the next row with `pipe`).
   acc_t mu, rs, sums[K], mu1 = 0, rs1 = 0, sums1[K] = {};
   if (pipe && rows > 0) pass1(0, mu, rs, sums);
-  for (int64_t k = 0; k < rows; ++k) {
+  for (int64_t k = 0, s = 0; k < rows; ++k, s = s + 1 == stages ? 0 : s + 1) {  // s: row k's stage
     if (!pipe) pass1(k, mu, rs, sums);
     if (pipe && k + 1 < rows) pass1(k + 1, mu1, rs1, sums1);
-    if (threadIdx.x == 0 && k >= 1 && k - 1 + stages < rows) fetch(k - 1 + stages, int((k - 1) % stages));
+    if (threadIdx.x == 0 && k >= 1 && k - 1 + stages < rows)
+      fetch(k - 1 + stages, int(s == 0 ? stages : s) - 1);
     gather(k, sums);
-    pass2(k, mu, rs, sums);
+    pass2(k, int(s), mu, rs, sums);
     if (pipe) {
       mu = mu1, rs = rs1;
 #pragma unroll
@@ -1196,7 +1234,7 @@ bool launch_forward_bulk(const T* x, const T* res, const T* w, const T* b, T* y,
     if (plan.clusters == 0 || (in_registers && M <= plan.clusters)) return false;
     launch(forward_bulk<T, kNorm, kAdd>(plan.packs), dim3(unsigned(plan.clusters * plan.cluster)),
            dim3(kFwdBulkThreads), plan.smem, stream, {false, false, plan.cluster}, x, res, w, b, y, h, mean,
-           rstd, M, N, eps, plan.stages, plan.stages >= RMSNORM_BULK_PIPE_FROM);
+           rstd, M, N, eps, plan.stages, plan.stages >= RMSNORM_BULK_PIPE_FROM, first_rows(plan.stages));
     COURSE_LAUNCH_CHECK();
     return true;
   }
@@ -1504,7 +1542,7 @@ void launch_backward(const T* dy, const T* dh, const T* x, const Acc<T>* mean, c
     if constexpr (sizeof(Acc<T>) == 4) {
       launch(bulk_kernel<T, kNorm>(plan.packs), dim3(unsigned(plan.blocks)), plan.block, plan.smem, stream,
              {false, false, plan.cluster}, dy, dh, x, mean, rstd, w, dx, workspace, M, N, plan.stages,
-             plan.pipe);
+             plan.pipe, first_rows(plan.stages));
     }
   } else {
     Acc<T>* sums = workspace + int64_t(kSums<kNorm>) * plan.blocks * N;
