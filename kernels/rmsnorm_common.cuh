@@ -1204,6 +1204,12 @@ ForwardBulkPlan plan_forward_bulk(int64_t M, int N) {
   return plan;
 }
 
+#ifndef RMSNORM_FWD_BULK_2BYTE_ROUNDS
+// 2-byte rows too long for registers, batches of more than SMs / 4 rows: forward_bulk_kernel from this many
+// rows per cluster (rounds of the grid), else forward_long_kernel
+#define RMSNORM_FWD_BULK_2BYTE_ROUNDS 4
+#endif
+
 // Forward bulk copies (off with -DRMSNORM_NO_FWD_BULK, to measure what they gain).
 #ifdef RMSNORM_NO_FWD_BULK
 constexpr bool kFwdBulk = false;
@@ -1219,19 +1225,23 @@ constexpr bool kFwdBulk = RMSNORM_FWD_BULK_FROM > 0;
 //   slice; 64 x 16384 bf16 75 % against 82 %); not float RMSNorm (97.6 % either way at 2048 x 32768) nor the
 //   fused add (bf16 1024 x 16384: 93 % against 98 %);
 // - longer rows: float ones (RMSNorm 256 x 65536 89 % against 81 %, LayerNorm 83 % against 69 %, the fused
-//   add 90 % against 85 %), and 2-byte ones only in small batches (M <= SMs / 4, e.g. 16 x 65536 bf16: 63 %
-//   against 61 %, 1 x 65536: 63 % against 46 %); larger batches of those keep forward_long_kernel
-//   (LayerNorm bf16 256 x 65536: 78 % against 70 %).
+//   add 90 % against 85 %), and 2-byte ones in small batches (M <= SMs / 4, e.g. 16 x 65536 bf16: 63 %
+//   against 61 %, 1 x 65536: 63 % against 46 %) or of RMSNORM_FWD_BULK_2BYTE_ROUNDS rows per cluster
+//   (2026-11-27, since the exchange by st.async and the counted ring: bf16 256 x 65536 RMSNorm 98.0 %
+//   against 89.2 %, LayerNorm 84.8 % against 79.9 %; 64 x 262144 RMSNorm 88.9 % against 63.1 %); between
+//   them forward_long_kernel (LayerNorm bf16 64 x 65536, 2 rows per cluster: 68.6 % against 63.2 %).
 // false: nothing launched.
 template <typename T, Norm kNorm, bool kAdd>
 bool launch_forward_bulk(const T* x, const T* res, const T* w, const T* b, T* y, T* h, Acc<T>* mean,
                          Acc<T>* rstd, int64_t M, int N, Acc<T> eps, bool in_registers, cudaStream_t stream) {
   if constexpr (sizeof(Acc<T>) == 4) {
     if (!kFwdBulk || N < RMSNORM_FWD_BULK_FROM) return false;
-    if (in_registers ? kAdd || (sizeof(T) == 4 && kNorm == Norm::kRms) : sizeof(T) == 2 && M * 4 > num_sms())
-      return false;
+    if (in_registers && (kAdd || (sizeof(T) == 4 && kNorm == Norm::kRms))) return false;
     const ForwardBulkPlan plan = plan_forward_bulk<T, kNorm, kAdd>(M, N);
     if (plan.clusters == 0 || (in_registers && M <= plan.clusters)) return false;
+    if (!in_registers && sizeof(T) == 2 && M * 4 > num_sms() &&
+        M < RMSNORM_FWD_BULK_2BYTE_ROUNDS * plan.clusters)
+      return false;
     launch(forward_bulk<T, kNorm, kAdd>(plan.packs), dim3(unsigned(plan.clusters * plan.cluster)),
            dim3(kFwdBulkThreads), plan.smem, stream, {false, false, plan.cluster}, x, res, w, b, y, h, mean,
            rstd, M, N, eps, plan.stages, plan.stages >= RMSNORM_BULK_PIPE_FROM, first_rows(plan.stages));
