@@ -1206,8 +1206,8 @@ ForwardBulkPlan plan_forward_bulk(int64_t M, int N) {
 
 #ifndef RMSNORM_FWD_BULK_2BYTE_ROUNDS
 // 2-byte rows too long for registers, batches of more than SMs / 4 rows: forward_bulk_kernel from this many
-// rows per cluster (rounds of the grid), else forward_long_kernel
-#define RMSNORM_FWD_BULK_2BYTE_ROUNDS 4
+// rows per cluster (rounds of the grid), else forward_long_kernel (the norms without the fused add)
+#define RMSNORM_FWD_BULK_2BYTE_ROUNDS 3
 #endif
 
 // Forward bulk copies (off with -DRMSNORM_NO_FWD_BULK, to measure what they gain).
@@ -1228,8 +1228,10 @@ constexpr bool kFwdBulk = RMSNORM_FWD_BULK_FROM > 0;
 //   add 90 % against 85 %), and 2-byte ones in small batches (M <= SMs / 4, e.g. 16 x 65536 bf16: 63 %
 //   against 61 %, 1 x 65536: 63 % against 46 %) or of RMSNORM_FWD_BULK_2BYTE_ROUNDS rows per cluster
 //   (2026-11-27, since the exchange by st.async and the counted ring: bf16 256 x 65536 RMSNorm 98.0 %
-//   against 89.2 %, LayerNorm 84.8 % against 79.9 %; 64 x 262144 RMSNorm 88.9 % against 63.1 %); between
-//   them forward_long_kernel (LayerNorm bf16 64 x 65536, 2 rows per cluster: 68.6 % against 63.2 %).
+//   against 89.2 % at 3.9 rows per cluster of 2, LayerNorm 84.8 % against 79.9 % at 8.5 per cluster of 4;
+//   64 x 262144 RMSNorm 88.9 % against 63.1 %); between them forward_long_kernel (LayerNorm bf16 64 x 65536,
+//   2.1 rows per cluster: 68.6 % against 63.2 %); not the fused add's (bf16 256 x 65536: 90.1 % against
+//   94.8 % in the grids of 2026-11-27).
 // false: nothing launched.
 template <typename T, Norm kNorm, bool kAdd>
 bool launch_forward_bulk(const T* x, const T* res, const T* w, const T* b, T* y, T* h, Acc<T>* mean,
@@ -1240,7 +1242,7 @@ bool launch_forward_bulk(const T* x, const T* res, const T* w, const T* b, T* y,
     const ForwardBulkPlan plan = plan_forward_bulk<T, kNorm, kAdd>(M, N);
     if (plan.clusters == 0 || (in_registers && M <= plan.clusters)) return false;
     if (!in_registers && sizeof(T) == 2 && M * 4 > num_sms() &&
-        M < RMSNORM_FWD_BULK_2BYTE_ROUNDS * plan.clusters)
+        (kAdd || M < RMSNORM_FWD_BULK_2BYTE_ROUNDS * plan.clusters))
       return false;
     launch(forward_bulk<T, kNorm, kAdd>(plan.packs), dim3(unsigned(plan.clusters * plan.cluster)),
            dim3(kFwdBulkThreads), plan.smem, stream, {false, false, plan.cluster}, x, res, w, b, y, h, mean,
