@@ -19,7 +19,9 @@
 //                forward_bulk_kernel where it measured faster (launch_forward_bulk): rows by bulk copy into
 //                a ring of shared-memory stages over a cluster of 1 to 8 blocks, two rows always in flight
 //                (bfloat16 512 x 32768 79 -> 96 % of a copy, float32 256 x 65536 81 -> 89 %;
-//                results/h100/rmsnorm_forward_bulk_2026-11-26.md).
+//                results/h100/rmsnorm_forward_bulk_2026-11-26.md; and since its ring counts its stages,
+//                large batches of 2-byte rows of 65536: bfloat16 256 x 65536 89 -> 98 %,
+//                results/h100/norm_bulk_ring_2026-11-27.md).
 //   backward v1  backward_v1_dx_kernel and backward_v1_dw_kernel, rmsnorm_backward_v1: one warp per row
 //                for grad_x (two reads of the row), one thread per column for grad_weight.
 //   backward v2  backward_kernel and sum_partials_kernel (rmsnorm_common.cuh), rmsnorm_backward_v2:
@@ -30,7 +32,9 @@
 //                (each a slice of the row in registers, the row sums shared through distributed shared
 //                memory), else 16 values per thread; longer rows on sm_90 backward_bulk_kernel (a cluster
 //                of 1 to 8 blocks per row, the row's slices by bulk copy into shared memory, two rows in
-//                flight: x and grad_y read once), elsewhere backward_long_rows_kernel, then
+//                flight: x and grad_y read once; the exchange by st.async and the counted ring of
+//                2026-11-27 took bfloat16 512 x 32768 from 66 to 81-83 % of a copy, LayerNorm's to 79 %),
+//                elsewhere backward_long_rows_kernel, then
 //                backward_long_cols_kernel (read twice). On sm_90, rows of one 16-byte pack per thread
 //                (2-byte up to 8192, float up to 4096) take lesson 03's backward_v2_bulk_kernel<kRms>
 //                (layernorm_bulk.cuh), as LayerNorm's 2-byte rows do: rounds of whole rows by bulk copy,
