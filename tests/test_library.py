@@ -393,6 +393,42 @@ def test_rebuilding_an_edited_op_in_the_same_process_replaces_its_kernel():
     assert "survived" in run.stdout, tail
 
 
+FIRST_CALL_COMPILED = textwrap.dedent(
+    """
+    import torch
+    from tests import op_samples
+    from tests.test_library import PUBLIC, in_a_function
+
+    torch._dynamo.config.recompile_limit = 64
+    for name in PUBLIC:  # each helpers/ops module's register() first runs while Dynamo traces
+        fn = in_a_function(name)
+        args = op_samples.library_samples(name, "cpu")[0]
+        got = torch.compile(fn, fullgraph=True, backend="eager")(*args)
+        torch.testing.assert_close(got, fn(*args), msg=lambda m: f"{name}: " + m)
+    print("compiled first:", " ".join(PUBLIC))
+    """
+)
+
+
+def test_an_ops_first_call_in_a_process_may_be_a_compiled_one():
+    """A fresh process whose first call of each op is inside torch.compile(fullgraph=True): the op's
+    register() (building or loading its extension) then runs while Dynamo traces, and must not break the
+    graph. It did: Dynamo traced into the loader and stopped at `time.time` ("Attempted to call function
+    marked as skipped"), so fullgraph failed; helpers.ops.once makes register() a constant to Dynamo. In a
+    process that had called the op before (every other test here) it never showed."""
+    run = subprocess.run(
+        [sys.executable, "-c", FIRST_CALL_COMPILED],
+        cwd=env.REPO_ROOT,
+        env={**os.environ, "COURSE_SOLUTIONS": "1", "PYTHONPATH": str(env.REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    tail = "\n".join((run.stdout + run.stderr).strip().splitlines()[-25:])
+    assert run.returncode == 0, f"the process exited with {run.returncode}:\n{tail}"
+    assert "compiled first:" in run.stdout, tail
+
+
 # --------------------------------------------------------------------------------------------------
 # The benchmark (benchmarks/autograd.py) runs
 # --------------------------------------------------------------------------------------------------

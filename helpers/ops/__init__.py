@@ -16,6 +16,8 @@ import functools
 import numbers
 import sys
 
+import torch
+
 from .. import loader
 
 NAMESPACE = "course"
@@ -40,13 +42,16 @@ def as_shape(normalized_shape) -> tuple[int, ...]:
 def once(register):
     """Decorator: `register()` (load an op's extension, then add its Python registrations) runs once per
     process, however often it is called, so re-running a cell or re-importing never registers twice
-    (a second register_fake for the same op raises)."""
+    (a second register_fake for the same op raises). Where the first call of a process comes from a function
+    torch.compile traces, Dynamo runs it instead of tracing into it (`assume_constant_result`): loading an
+    extension is not traceable (it reads file times and may run a compiler), and with fullgraph=True the
+    attempt failed the compile ("Attempted to call function marked as skipped")."""
     done = []
 
     @functools.wraps(register)
-    def wrapper():
+    def wrapper() -> None:
         if not done:
             register()
             done.append(True)
 
-    return wrapper
+    return torch.compiler.assume_constant_result(wrapper)
