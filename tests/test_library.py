@@ -380,17 +380,23 @@ def test_rebuilding_an_edited_op_in_the_same_process_replaces_its_kernel():
     with loader._Lock(copy.parent / "lock"):  # another test session on this machine waits for this one
         shutil.rmtree(copy, ignore_errors=True)
         shutil.copytree(env.KERNELS, copy)
-        run = subprocess.run(
-            [sys.executable, "-c", REBUILD, device, file, old, new],
-            cwd=env.REPO_ROOT,
-            env={**os.environ, "COURSE_KERNELS": str(copy), "COURSE_SOLUTIONS": "1", "PYTHONPATH": str(env.REPO_ROOT)},
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
+        run_python(REBUILD, [device, file, old, new], "survived", COURSE_KERNELS=str(copy))
+
+
+def run_python(code: str, args: list[str], says: str, **environ) -> None:
+    """`code` in a new Python process (with the exercises' solutions, and `environ`), which must exit
+    normally and print `says`; else the assertion shows the end of its output."""
+    run = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=env.REPO_ROOT,
+        env={**os.environ, "COURSE_SOLUTIONS": "1", "PYTHONPATH": str(env.REPO_ROOT), **environ},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     tail = "\n".join((run.stdout + run.stderr).strip().splitlines()[-25:])
     assert run.returncode == 0, f"the process exited with {run.returncode}:\n{tail}"
-    assert "survived" in run.stdout, tail
+    assert says in run.stdout, tail
 
 
 FIRST_CALL_COMPILED = textwrap.dedent(
@@ -416,17 +422,7 @@ def test_an_ops_first_call_in_a_process_may_be_a_compiled_one():
     graph. It did: Dynamo traced into the loader and stopped at `time.time` ("Attempted to call function
     marked as skipped"), so fullgraph failed; helpers.ops.once makes register() a constant to Dynamo. In a
     process that had called the op before (every other test here) it never showed."""
-    run = subprocess.run(
-        [sys.executable, "-c", FIRST_CALL_COMPILED],
-        cwd=env.REPO_ROOT,
-        env={**os.environ, "COURSE_SOLUTIONS": "1", "PYTHONPATH": str(env.REPO_ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    tail = "\n".join((run.stdout + run.stderr).strip().splitlines()[-25:])
-    assert run.returncode == 0, f"the process exited with {run.returncode}:\n{tail}"
-    assert "compiled first:" in run.stdout, tail
+    run_python(FIRST_CALL_COMPILED, [], "compiled first:")
 
 
 # --------------------------------------------------------------------------------------------------
