@@ -398,9 +398,6 @@ __global__ __launch_bounds__(kThreads) void forward_bulk_kernel(
     if constexpr (kAdd) bulk::copy(ring + int64_t(s) * I * n + n, res + row * N, bytes, &bars[s]);
   };
   start_ring(bars, stages, xbars, X, C, rows, first_rows, fetch);
-  const auto deliver = [&](int64_t k, const acc_t(&sums)[K]) {
-    deliver_sums<K, X>(slots, xbars, k, C, rank, sums);
-  };
   const int packs = n / kVec;
   // this thread's packs: c = threadIdx.x + p kThreads, p < kPacks; their weights (and biases) in registers
   // for every row (loaded per row from L2, they stalled pass 2 on every pack: half the forward's time)
@@ -458,7 +455,7 @@ __global__ __launch_bounds__(kThreads) void forward_bulk_kernel(
       group_sum(q, red[k & 1][1]);
       sums[1] = q[0];
     }
-    if (C > 1 && threadIdx.x < C) deliver(k, sums);
+    if (C > 1 && threadIdx.x < C) deliver_sums<K, X>(slots, xbars, k, C, rank, sums);
   };
   // Row k's mean and rstd from the C blocks' numbers, added in rank order (the same bits in every block).
   const auto gather = [&](int64_t k, const acc_t(&sums)[K], acc_t& mu, acc_t& rs) {
