@@ -140,7 +140,11 @@ __device__ __forceinline__ void store_y(T* __restrict__ y, int64_t row, int N, i
 
 // Rows in registers: each row group loads its row once (16-byte packs, pack c to thread c % blockDim.x);
 // RMSNorm needs one group sum (of squares), LayerNorm two (the mean, then squared deviations from the
-// registers).
+// registers). Float rows load the weight (and bias) with the row where their packs take at most
+// RMSNORM_FWD_EARLY_BYTES per thread (0: always after the sums, as before 2026-11-27).
+#ifndef RMSNORM_FWD_EARLY_BYTES
+#define RMSNORM_FWD_EARLY_BYTES 64
+#endif
 template <typename T, Norm kNorm, bool kAdd, int kVec, int kPacks>
 __global__ __launch_bounds__(1024) void forward_kernel(const T* __restrict__ x, const T* __restrict__ res,
                                                        const T* __restrict__ w, const T* __restrict__ b,
@@ -153,6 +157,26 @@ __global__ __launch_bounds__(1024) void forward_kernel(const T* __restrict__ x, 
   const bool active = row < M;
   Raw<T, kVec> v[kPacks];
   acc_t s[1] = {0};
+  // The weight's (and bias's) packs: for float rows where they fit in registers beside the row (kEarly),
+  // loaded with the row, before the sums. Loaded after them, their latency came on top of the row's where
+  // the batch is one wave (nothing else to run meanwhile). H100, float32 (results/h100/, 2026-11-27):
+  // 1 x 4096 6.3 -> 5.0 us, 512 x 8192 92 -> 101 % of a copy, 2^24 and 2^26 elements within a point or
+  // better. Not 2-byte rows: small batches gained there too (64 x 4096 81 -> 92 %), but rows of 1024 to 8192
+  // lost 12-19 points at 2^22 and 2048 x 8192 fell from 97 to 79 % (more registers per thread).
+  constexpr bool kEarly =
+      sizeof(T) == 4 && kVec > 1 &&
+      kPacks * kVec * int(sizeof(T)) * (kNorm == Norm::kLayer ? 2 : 1) <= RMSNORM_FWD_EARLY_BYTES;
+  Raw<T, kVec> wv[kEarly ? kPacks : 1], bv[kEarly && kNorm == Norm::kLayer ? kPacks : 1];
+  const auto load_params = [&](int p, int j) {
+    wv[kEarly ? p : 0].load(w + j);
+    if constexpr (kNorm == Norm::kLayer) bv[kEarly ? p : 0].load(b + j);
+  };
+#pragma unroll
+  for (int p = 0; p < kPacks; ++p) {
+    const int j = (threadIdx.x + p * blockDim.x) * kVec;
+    if constexpr (kEarly)
+      if (active && j < N) load_params(p, j);
+  }
 #pragma unroll
   for (int p = 0; p < kPacks; ++p) {
     const int j = (threadIdx.x + p * blockDim.x) * kVec;
@@ -182,14 +206,13 @@ __global__ __launch_bounds__(1024) void forward_kernel(const T* __restrict__ x, 
   for (int p = 0; p < kPacks; ++p) {
     const int j = (threadIdx.x + p * blockDim.x) * kVec;
     if (j < N) {
-      Raw<T, kVec> wv, bv;
-      wv.load(w + j);
-      if constexpr (kNorm == Norm::kLayer) bv.load(b + j);
+      if constexpr (!kEarly) load_params(p, j);
+      const int q = kEarly ? p : 0;
       acc_t out[kVec];
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
-        out[k] = (v[p][k] - mu) * rs * wv[k];
-        if constexpr (kNorm == Norm::kLayer) out[k] += bv[k];
+        out[k] = (v[p][k] - mu) * rs * wv[q][k];
+        if constexpr (kNorm == Norm::kLayer) out[k] += bv[kEarly ? p : 0][k];
       }
       store_y<T, kVec>(y, row, N, j, out);
     }
