@@ -19,6 +19,8 @@ Two measurements:
   5 N elements; fused_bias_relu the same plus the bias, read in forward and backward and its gradient
   written (5 N + 3 C); layernorm reads x, writes y, reads x and grad_y, writes grad_x (5 M N) plus the
   parameters: weight and bias read in forward, weight read and both gradients written in backward (5 N).
+  On a GPU a further row, "ours, CUDA graph", times our step replayed as a CUDA graph: the same kernels
+  with no CPU time between them, the step's GPU time alone (the eager row minus it is the CPU time exposed).
 * "cpu per step" rows, at a small shape (64x1024 bf16 on a GPU) where the GPU's work is negligible: the
   wall-clock time per step over blocks of many steps issued back to back with no synchronization inside a
   block (the GPU runs behind the CPU, so the CPU never waits for it and the time is the CPU's: Python,
@@ -200,14 +202,28 @@ def gpu_per_step(run: Callable[[], None]) -> float:
         return float("nan")
 
 
+GRAPHED = "ours, CUDA graph"  # the impl name of our step replayed as a graph: its GPU time alone
+
+
 def timing_rows(cases, device: str, backend: str) -> list[dict]:
+    """The timed steps; on a GPU also our step replayed as a CUDA graph (GRAPHED): the same kernels with no
+    CPU between them, so that the gap to the eager row is the CPU time the step exposes (the autograd
+    engine's hand-off to its device thread and back, the dispatcher, Python), not the kernels."""
     rows = []
-    repeat = REPEAT if torch.device(device).type == "cuda" else 1
+    cuda = torch.device(device).type == "cuda"
+    repeat = REPEAT if cuda else 1
     for shape, dtype in cases:
         for s in steps(shape, dtype, device, backend):
             for run in s.impls.values():  # torch.compile compiles here, not inside a timing
                 run()
-            rows += bench.compare(s.impls, nbytes=s.nbytes, device=device, op=s.op, repeat=repeat, **s.labels)
+            impls = dict(s.impls)
+            if cuda:
+                try:
+                    impls[GRAPHED] = bench.graphed(s.impls["ours"])
+                except Exception as e:  # a capture failure is a finding, not a reason to lose the other rows
+                    print(f"    ({s.op}: CUDA graph capture failed: {type(e).__name__})", flush=True)
+                    torch.cuda.synchronize()
+            rows += bench.compare(impls, nbytes=s.nbytes, device=device, op=s.op, repeat=repeat, **s.labels)
         print(f"  {shape[0]}x{shape[1]} {str(dtype).replace('torch.', '')}", flush=True)
     return rows
 
