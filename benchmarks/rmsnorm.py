@@ -39,35 +39,49 @@ def liger_rms_norm():
     return lambda x, w: LigerRMSNormFunction.apply(x, w, EPS, 0.0, "llama", False)
 
 
+SWEEP_SIZES = (1 << 22, 1 << 24, 1 << 26)  # issue 16's M N: the points of "at every point"
+STEP_REPEAT = 3  # rounds of the eager step's timing (bench.compare's repeat), medians
+
+
 def targets(fwd_op: str, bwd_op: str, name: str):
-    """Issue 16's targets as a report function over a sweep's rows, each point met or missed: forward >= 0.97x
-    torch.compile (and >= 90 % of copy from 2^24 elements), backward >= 1.3x torch.compile (and >= 80 % of
-    copy from 2^24), small batches no slower than native, and faster than Liger-Kernel where it was timed.
+    """Issue 16's targets as a report function over a sweep's rows, each point met or missed, as the issue
+    words them:
+    - at the sweep's points (M N = 2^22, 2^24, 2^26): forward >= 0.97x torch.compile and backward >= 1.3x,
+      and from 2^24 elements forward >= 90 % and backward >= 80 % of a copy;
+    - small batches (M <= 64): forward, backward and forward+backward through autograd no slower than native;
+    - everywhere Liger-Kernel was timed (forward and the eager step): faster than it.
+    A missed point names the competitor's own % of a copy: at 100 % or more (a size L2 helps), beating it
+    means beating the copy. The small batches' ratios to torch.compile are in the table, not targets.
     benchmarks/layernorm_grid.py uses it for LayerNorm."""
+    step_op = f"{fwd_op.split()[0]} fwd+bwd autograd"
 
     def report(rows: list[dict]) -> str:
         by = {(r["op"], r["shape"], r["dtype"], r["impl"]): r for r in rows}
         lines, missed = [], 0
         for (op, shape, dtype, impl), r in by.items():
-            if impl != "ours" or op not in (fwd_op, bwd_op):
+            if impl != "ours" or op not in (fwd_op, bwd_op, step_op):
                 continue
-            comp = by.get((op, shape, dtype, "torch.compile"))
-            nat = by.get((op, shape, dtype, "native"))
-            liger = by.get((op, shape, dtype, "Liger"))
-            big = r["numel"] >= 1 << 24
+
+            def other(who):
+                return by.get((op, shape, dtype, who))
+
+            comp, nat, liger = other("torch.compile"), other("native"), other("Liger")
+            sweep_point = r["numel"] in SWEEP_SIZES
             checks = []
-            if comp:
-                checks.append(("vs compile", comp["ms"] / r["ms"], 0.97 if op == fwd_op else 1.3))
-            if big:
-                checks.append(("% copy", r["pct_copy"] / 100, 0.90 if op == fwd_op else 0.80))
+            if comp and sweep_point and op != step_op:
+                checks.append(("vs compile", comp, 0.97 if op == fwd_op else 1.3))
+            if sweep_point and r["numel"] >= 1 << 24 and op != step_op:
+                checks.append(("% copy", None, 0.90 if op == fwd_op else 0.80))
             if r["rows"] <= 64 and nat:
-                checks.append(("vs native", nat["ms"] / r["ms"], 1.0))
+                checks.append(("vs native", nat, 1.0))
             if liger:
-                checks.append(("vs Liger", liger["ms"] / r["ms"], 1.0))
-            for what, got, want in checks:
+                checks.append(("vs Liger", liger, 1.0))
+            for what, them, want in checks:
+                got = r["pct_copy"] / 100 if them is None else them["ms"] / r["ms"]
                 if got < want:
                     missed += 1
-                    lines.append(f"  MISSED {op} {shape} {dtype}: {what} {got:.2f} < {want}")
+                    theirs = "" if them is None else f" ({them['impl']} at {them['pct_copy']:.0f} % of copy)"
+                    lines.append(f"  MISSED {op} {shape} {dtype}: {what} {got:.2f} < {want}{theirs}")
         return f"{name} targets: {missed} points missed\n" + "\n".join(lines)
 
     return report
@@ -131,6 +145,7 @@ def measure(case: sweep.Case) -> list[dict]:
         nbytes=5 * m * n * es,
         device=dev,
         op="rms fwd+bwd autograd",
+        repeat=STEP_REPEAT if cuda else 1,  # a step of a small batch is CPU-bound: noisy, so medians of rounds
         **case.labels,
     )
     return rows
