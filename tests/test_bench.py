@@ -239,6 +239,9 @@ def test_issue16_small_batches_are_held_to_native_not_to_compile():
     text = report(rows)
     assert text.startswith("rmsnorm targets: 2 points missed")
     assert "rms fwd+bwd autograd 16x4096 float32: vs native 0.90" in text and "rms bwd 16x4096" in text
+    # 64 x 65536 has 64 rows but is a point of the sweep (2^22 elements): held to torch.compile too
+    wide = [dict(r, shape="64x65536", numel=1 << 22, rows=64) for r in rows[:3]]
+    assert "rms fwd 64x65536 float32: vs compile 0.50 < 0.97" in report(wide)
 
 
 def test_layernorm_grid_measures_every_implementation(monkeypatch):
