@@ -191,15 +191,22 @@ def cpu_per_step(
     return {name: statistics.median(v) * 1e6 for name, v in per.items()}
 
 
-def gpu_per_step(run: Callable[[], None]) -> float:
-    """Microseconds of GPU time per step: the step replayed as a CUDA graph, timed by bench.time. NaN where
-    the step cannot be captured."""
+def graphed_step(run: Callable[[], None]) -> Callable[[], None] | None:
+    """The step captured as a CUDA graph (bench.graphed: its replay runs the same kernels with no CPU time
+    between them), or None where it cannot be captured."""
     try:
-        return bench.time(bench.graphed(run)).ms * 1e3
+        return bench.graphed(run)
     except Exception as e:  # a capture failure is a finding, not a reason to lose the other rows
         print(f"    (CUDA graph capture failed: {type(e).__name__}: {str(e).splitlines()[0][:100]})", flush=True)
         torch.cuda.synchronize()
-        return float("nan")
+        return None
+
+
+def gpu_per_step(run: Callable[[], None]) -> float:
+    """Microseconds of GPU time per step: the step replayed as a CUDA graph, timed by bench.time. NaN where
+    the step cannot be captured."""
+    replay = graphed_step(run)
+    return float("nan") if replay is None else bench.time(replay).ms * 1e3
 
 
 GRAPHED = "ours, CUDA graph"  # the impl name of our step replayed as a graph: its GPU time alone
@@ -217,12 +224,9 @@ def timing_rows(cases, device: str, backend: str) -> list[dict]:
             for run in s.impls.values():  # torch.compile compiles here, not inside a timing
                 run()
             impls = dict(s.impls)
-            if cuda:
-                try:
-                    impls[GRAPHED] = bench.graphed(s.impls["ours"])
-                except Exception as e:  # a capture failure is a finding, not a reason to lose the other rows
-                    print(f"    ({s.op}: CUDA graph capture failed: {type(e).__name__})", flush=True)
-                    torch.cuda.synchronize()
+            replay = graphed_step(s.impls["ours"]) if cuda else None
+            if replay is not None:
+                impls[GRAPHED] = replay
             rows += bench.compare(impls, nbytes=s.nbytes, device=device, op=s.op, repeat=repeat, **s.labels)
         print(f"  {shape[0]}x{shape[1]} {str(dtype).replace('torch.', '')}", flush=True)
     return rows

@@ -17,9 +17,9 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks import sweep
-from benchmarks.autograd import eager_step, liger_layer_norm
+from benchmarks.autograd import REPEAT, eager_step, liger_layer_norm
 from benchmarks.layernorm import native_backward
-from benchmarks.rmsnorm import STEP_REPEAT, _grid, targets
+from benchmarks.rmsnorm import _grid, targets
 from helpers import bench
 from helpers.ops import extension
 from helpers.ops import layernorm as ln
@@ -76,7 +76,7 @@ def measure(case: sweep.Case) -> list[dict]:
         nbytes=5 * m * n * es,
         device=dev,
         op="ln fwd+bwd autograd",
-        repeat=STEP_REPEAT if cuda else 1,  # a step of a small batch is CPU-bound: noisy, so medians of rounds
+        repeat=REPEAT if cuda else 1,  # a step of a small batch is CPU-bound: noisy, so medians of rounds
         **case.labels,
     )
     return rows

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks import sweep
-from benchmarks.autograd import eager_step
+from benchmarks.autograd import REPEAT, eager_step
 from helpers import bench
 from helpers.ops import extension
 from helpers.ops import rmsnorm as rms
@@ -40,7 +40,6 @@ def liger_rms_norm():
 
 
 SWEEP_SIZES = (1 << 22, 1 << 24, 1 << 26)  # issue 16's M N: the points of "at every point"
-STEP_REPEAT = 3  # rounds of the eager step's timing (bench.compare's repeat), medians
 
 
 def targets(fwd_op: str, bwd_op: str, name: str):
@@ -61,11 +60,7 @@ def targets(fwd_op: str, bwd_op: str, name: str):
         for (op, shape, dtype, impl), r in by.items():
             if impl != "ours" or op not in (fwd_op, bwd_op, step_op):
                 continue
-
-            def other(who):
-                return by.get((op, shape, dtype, who))
-
-            comp, nat, liger = other("torch.compile"), other("native"), other("Liger")
+            comp, nat, liger = (by.get((op, shape, dtype, who)) for who in ("torch.compile", "native", "Liger"))
             sweep_point = r["numel"] in SWEEP_SIZES
             checks = []
             if comp and sweep_point and op != step_op:
@@ -145,7 +140,7 @@ def measure(case: sweep.Case) -> list[dict]:
         nbytes=5 * m * n * es,
         device=dev,
         op="rms fwd+bwd autograd",
-        repeat=STEP_REPEAT if cuda else 1,  # a step of a small batch is CPU-bound: noisy, so medians of rounds
+        repeat=REPEAT if cuda else 1,  # a step of a small batch is CPU-bound: noisy, so medians of rounds
         **case.labels,
     )
     return rows

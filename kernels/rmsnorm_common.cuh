@@ -212,7 +212,7 @@ __global__ __launch_bounds__(1024) void forward_kernel(const T* __restrict__ x, 
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
         out[k] = (v[p][k] - mu) * rs * wv[q][k];
-        if constexpr (kNorm == Norm::kLayer) out[k] += bv[kEarly ? p : 0][k];
+        if constexpr (kNorm == Norm::kLayer) out[k] += bv[q][k];
       }
       store_y<T, kVec>(y, row, N, j, out);
     }
