@@ -33,7 +33,7 @@
 // The tuning past v3 and v2 (rows pipelined by cp.async, one backward kernel ending in a grid barrier, TMA
 // bulk copies) is in layernorm.hopper.cu, explained in notebooks/03b_layernorm_hopper.ipynb; the default
 // choice, kAuto (layernorm_choices.h), runs it where it is faster, and sends rows longer than 8192 (and the
-// backward of batches of at most 8 rows) to lesson 05's norm kernels (layernorm.wide.cu).
+// backward of batches of at most 8 rows or 1 MiB) to lesson 05's norm kernels (layernorm.wide.cu).
 #include "layernorm_common.cuh"
 
 using namespace layernorm;

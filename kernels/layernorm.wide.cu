@@ -11,9 +11,9 @@
 // 1-8 blocks (backward_bulk_kernel: 79-81 % of a copy for float32 N = 16384-65536; forward_bulk_kernel:
 // float32 512x32768 83 -> 88-89 %, 256x65536 69 -> 84-86 %). These files instantiate them for
 // course::layer_norm; layernorm.cu's kAuto sends such rows here (layernorm.h: wide_rows,
-// lesson05_backward), and the backward of batches of at most 8 rows (lesson 03's one cooperative block was
-// slower there). A kernel asked for by name keeps lesson 03's, and so does double, which no benchmark
-// times.
+// lesson05_backward), and the backward of batches of at most 8 rows or 1 MiB (lesson 03's cooperative
+// kernels, their grid barrier and set-up, were slower there). A kernel asked for by name keeps lesson 03's,
+// and so does double, which no benchmark times.
 //
 //   layernorm_forward_wide             rmsnorm::launch_forward<T, Norm::kLayer, false>
 //   (in layernorm.wide_backward.cu:)

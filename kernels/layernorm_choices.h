@@ -19,7 +19,7 @@ enum class ForwardKernel {
 // Backward v2 (the row loop is in layernorm.cu; the one-kernel endings are in layernorm.hopper.cu).
 enum class BackwardKernel {
   kAuto,         // kBulkCopySplitBarrier for half/bf16 on sm_90+, else kCooperative, else kTwoKernels;
-                 // rows longer than 8192 and batches of at most 8 rows: lesson 05's kernels
+                 // rows longer than 8192 and batches of at most 8 rows or 1 MiB: lesson 05's kernels
                  // (layernorm.wide.cu, layernorm.h: lesson05_backward)
   kTwoKernels,   // backward_v2_kernel writes per-block partial column sums, sum_partials_kernel adds them
   kCooperative,  // backward_v2_cooperative_kernel: the same rows, the column sums finished in the same
