@@ -2,7 +2,8 @@
 torch.autograd.grad(y, inputs, grad_y), one call at a time from Python (no CUDA graph), per norm and
 activation of the course (lesson 04: every op a real PyTorch op).
 
-    python -m benchmarks.autograd --out results/h100          # headline shapes, then the CPU time per step
+    python -m benchmarks.autograd --out results/h100          # headline shapes, the CPU time per step, then
+                                                              # issue 15's targets, met or missed (report)
     python -m benchmarks.autograd --smoke --out /tmp/x        # tiny, on whatever machine (a test runs it)
 
 Implementations: "ours" (the public helpers.ops call: polynomial.polynomial, fused_bias_relu.fused_bias_relu,
@@ -289,6 +290,50 @@ def cpu_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def report(rows: list[dict]) -> str:
+    """Issue 15's targets over this benchmark's rows, each point met or missed:
+    - every eager step ("<op> fwd+bwd autograd", not graphed): ours no slower than native;
+    - LayerNorm's bf16 4096x4096 eager step at 70 % of a copy or more (on a GPU);
+    - the CPU time per eager step no more than native's.
+    A missed eager step says where its time went: ours replayed as a CUDA graph (the kernels alone) beside
+    it, the rest being CPU time the step exposes (Python, the autograd engine, the dispatcher), and the
+    CPU time per step of both, so that a host whose CPU is slow reads as that, not as slow kernels."""
+    by = {(r["op"], r["shape"], r["dtype"], r["impl"]): r for r in rows if "ms" in r}
+    cpu = {(r["op"], r["impl"]): r for r in rows if r.get("kind") == "cpu per step"}
+    lines, missed = [], 0
+    for (op, shape, dtype, impl), r in by.items():
+        if impl != "ours":
+            continue
+        native = by.get((op, shape, dtype, "native"))
+        if native and native["ms"] < r["ms"]:
+            missed += 1
+            why = f"ours {r['ms'] * 1e3:.1f} us, native {native['ms'] * 1e3:.1f} us"
+            graphed = by.get((op, shape, dtype, GRAPHED))
+            if graphed:
+                exposed = (r["ms"] - graphed["ms"]) * 1e3
+                why += f"; ours as a CUDA graph {graphed['ms'] * 1e3:.1f} us, so {exposed:.1f} us of CPU exposed"
+            if (op, "ours") in cpu and (op, "native") in cpu:
+                mine, theirs = cpu[(op, "ours")], cpu[(op, "native")]
+                why += (
+                    f"; CPU per step at {mine['shape']} ours {mine['cpu_us']:.1f} us, native {theirs['cpu_us']:.1f} us"
+                )
+            lines.append(f"  MISSED {op} {shape} {dtype}: vs native {native['ms'] / r['ms']:.2f} < 1.0 ({why})")
+        if op.startswith("ln ") and (shape, dtype) == ("4096x4096", "bfloat16") and "pct_copy" in r:
+            if r.get("device") != "cpu" and r["pct_copy"] < 70:
+                missed += 1
+                lines.append(f"  MISSED {op} {shape} {dtype}: % copy {r['pct_copy']:.1f} < 70")
+    for (op, impl), r in cpu.items():
+        native = cpu.get((op, "native"))
+        if impl == "ours" and native and native["cpu_us"] < r["cpu_us"]:
+            missed += 1
+            bound = " (GPU-bound: an upper bound)" if r["gpu_bound"] else ""
+            lines.append(
+                f"  MISSED {op} {r['shape']} {r['dtype']}: CPU per step {r['cpu_us']:.1f} us > native's "
+                f"{native['cpu_us']:.1f} us{bound}"
+            )
+    return f"autograd targets: {missed} points missed\n" + "\n".join(lines)
+
+
 def default_out() -> Path:
     """results/<gpu> (h100 for "NVIDIA H100 80GB HBM3"), results/cpu without one."""
     if not torch.cuda.is_available():
@@ -329,6 +374,7 @@ def main(argv=None) -> list[dict]:
     timed = [r for r in rows if "gbps" in r]
     print(bench.table(timed, baseline=("native", "torch.compile")))
     print(cpu_table(rows))
+    print(report(rows))
     return rows
 
 
