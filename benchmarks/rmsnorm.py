@@ -167,7 +167,7 @@ SETTINGS = {
     "forward bulk copies over clusters of 2 blocks at least": ["-DRMSNORM_FWD_BULK_MIN_CLUSTER=2"],
     "backward rows up to 8192 without lesson 03's rounds by bulk copy": ["-DRMSNORM_NO_ROUNDS"],
     "backward rounds by bulk copy for 2-byte rows only": ["-DRMSNORM_ROUNDS_NO_FLOAT"],
-    "backward rounds by bulk copy from 1 row, any size": ["-DRMSNORM_ROUNDS_FROM=1", "-DRMSNORM_ROUNDS_BYTES=0"],
+    "backward rounds by bulk copy at any size, from 1 row": ["-DRMSNORM_ROUNDS_BYTES=0"],
     "bulk-copy kernels with a cluster barrier at the end": ["-DRMSNORM_BULK_END_SYNC"],
     "backward 2-byte rows of 16384 in registers (not bulk copies)": ["-DRMSNORM_BULK_2BYTE_FROM=0"],
     "backward bulk copies, 2-byte rows of 4 packs per thread": ["-DRMSNORM_BULK_NARROW_PACKS=4"],

@@ -52,15 +52,13 @@ void layernorm_backward_v2(const T* grad_y, const T* x, const Acc<T>* mean, cons
 // - backward: rows longer than kWideFrom, except 2-byte rows shorter than 16384, which stay with lesson 03's
 //   kernels (its bulk-copy kernel: 79-84 % of a copy at N <= 8192); at bf16 1024x16384 lesson 03's
 //   measured 62.0 %, lesson 05's backward_bulk_kernel 76.1 % once its exchange stopped waiting for the row's
-//   stores (results/h100/norm_backward_exchange_2026-11-27.md); and any row in batches of at most
-//   LAYERNORM_FEW_ROWS rows or of at most LAYERNORM_FEW_BYTES bytes of x: at 1x4096 lesson 03's one
-//   cooperative block, its grid barrier and partial row took 15.6 us (float32; native's kernel 12.2), lesson
-//   05's row group and a plain kernel adding its partial row 11.0 us (rmsnorm_forward_bulk_2026-11-26.md);
-//   up to 1 MiB of x lesson 05's were 1.00-1.36x faster (bfloat16 64x1024 11.1 -> 9.8 us; float32 64x4096
-//   13.1 -> 12.0 us), at 2 MiB 0.93-1.12x (results/h100/rmsnorm_small_backward_2026-11-27.md).
-#ifndef LAYERNORM_FEW_ROWS
-#define LAYERNORM_FEW_ROWS 8
-#endif
+//   stores (results/h100/norm_backward_exchange_2026-11-27.md); and any batch of at most LAYERNORM_FEW_BYTES
+//   bytes of x (among them every batch of up to 8 rows that the long-row rule leaves to lesson 03): at
+//   1x4096 lesson 03's one cooperative block, its grid barrier and partial row took 15.6 us (float32;
+//   native's kernel 12.2), lesson 05's row group and a plain kernel adding its partial row 11.0 us
+//   (rmsnorm_forward_bulk_2026-11-26.md); up to 1 MiB of x lesson 05's were 1.00-1.36x faster (bfloat16
+//   64x1024 11.1 -> 9.8 us; float32 64x4096 13.1 -> 12.0 us), at 2 MiB 0.93-1.12x
+//   (results/h100/rmsnorm_small_backward_2026-11-27.md).
 #ifndef LAYERNORM_FEW_BYTES
 #define LAYERNORM_FEW_BYTES (1 << 20)
 #endif
@@ -71,7 +69,7 @@ constexpr int kWideFrom = 8192;
 inline bool wide_rows(int N, bool automatic) { return automatic && N > kWideFrom; }
 template <typename T>
 bool lesson05_backward(int64_t M, int N, bool automatic) {
-  return automatic && (M <= LAYERNORM_FEW_ROWS || M * N * int64_t(sizeof(T)) <= LAYERNORM_FEW_BYTES ||
+  return automatic && (M * N * int64_t(sizeof(T)) <= LAYERNORM_FEW_BYTES ||
                        (wide_rows(N, automatic) && (sizeof(T) >= 4 || N >= LAYERNORM_WIDE_BWD_2BYTE_FROM)));
 }
 template <typename T>

@@ -1455,7 +1455,7 @@ constexpr bool kBulk = true;
 #endif
 
 // RMSNorm's rows of one 16-byte pack per thread of a 1024-thread block (2-byte rows up to 8192, float up to
-// 4096), in batches of at least RMSNORM_ROUNDS_FROM rows and more than RMSNORM_ROUNDS_BYTES bytes of x, take
+// 4096), in batches of more than RMSNORM_ROUNDS_BYTES bytes of x (so of more than 64 rows), take
 // lesson 03's backward_v2_bulk_kernel (kind 4) on sm_90, as LayerNorm's 2-byte rows do: rounds of whole rows
 // by bulk copy, three in flight per SM, against backward_kernel's one row prefetched into registers. H100, %
 // of a copy (rmsnorm_rounds_2026-11-26.md): bfloat16 73-78 -> 83 at 65536 x 256 to 2048 x 8192, float32
@@ -1464,10 +1464,7 @@ constexpr bool kBulk = true;
 // 1.08-1.35x faster (bfloat16 64x1024 10.4 -> 8.3 us, float32 64x4096 11.3 -> 9.7 us; the grid barrier and
 // the rounds' set-up cost more than the row kernel plus the kernel that adds its partial column sums); at
 // 2 MiB 0.98-1.12x. Build-time settings, for tuning: RMSNORM_NO_ROUNDS (never), RMSNORM_ROUNDS_NO_FLOAT
-// (2-byte rows only), RMSNORM_ROUNDS_FROM, RMSNORM_ROUNDS_BYTES.
-#ifndef RMSNORM_ROUNDS_FROM
-#define RMSNORM_ROUNDS_FROM 16
-#endif
+// (2-byte rows only), RMSNORM_ROUNDS_BYTES.
 #ifndef RMSNORM_ROUNDS_BYTES
 #define RMSNORM_ROUNDS_BYTES (1 << 20)
 #endif
@@ -1484,9 +1481,7 @@ template <typename T, Norm kNorm>
 Plan plan_rounds(const T* dh, int64_t M, int N, bool vec) {
   Plan plan;
   if constexpr (kRounds<T, kNorm>) {
-    if (!vec || dh != nullptr || M < RMSNORM_ROUNDS_FROM ||
-        M * N * int64_t(sizeof(T)) <= RMSNORM_ROUNDS_BYTES)
-      return plan;
+    if (!vec || dh != nullptr || M * N * int64_t(sizeof(T)) <= RMSNORM_ROUNDS_BYTES) return plan;
     // planned with grad_weight of type T: the kernel of another P has the same block and shared memory
     const layernorm::BackwardPlan p = layernorm::plan_backward_bulk<T, true>(M, N, true);
     if (p.kind != 4) return plan;
