@@ -32,8 +32,9 @@
 // pack. Everything is computed in Acc<T> (float, double for double inputs) and stored as T.
 // The tuning past v3 and v2 (rows pipelined by cp.async, one backward kernel ending in a grid barrier, TMA
 // bulk copies) is in layernorm.hopper.cu, explained in notebooks/03b_layernorm_hopper.ipynb; the default
-// choice, kAuto (layernorm_choices.h), runs it where it is faster, and sends rows longer than 8192 (and the
-// backward of batches of at most 8 rows or 1 MiB) to lesson 05's norm kernels (layernorm.wide.cu).
+// choice, kAuto (layernorm_choices.h), runs it where it is faster, and sends rows longer than 8192 and small
+// batches (forward: one wave of rows; backward: at most 1 MiB of x) to lesson 05's norm kernels
+// (layernorm.wide.cu).
 #include "layernorm_common.cuh"
 
 using namespace layernorm;
@@ -367,11 +368,11 @@ void layernorm_forward_v1(const T* x, const T* weight, const T* bias, T* y, Acc<
 template <typename T>
 void layernorm_forward_v3(const T* x, const T* weight, const T* bias, T* y, Acc<T>* mean, Acc<T>* rstd,
                           int64_t M, int N, Acc<T> eps, cudaStream_t stream, ForwardKernel kernel) {
-  if constexpr (sizeof(T) <= 4)  // rows longer than 8192: layernorm.wide.cu (float, half, bf16)
-    if (wide_rows(N, kernel == ForwardKernel::kAuto))
-      return layernorm_forward_wide<T>(x, weight, bias, y, mean, rstd, M, N, eps, stream);
   constexpr int V = kPack16<T>;
   const bool vec = vectorizable<T>(N, {x, weight, bias, y});
+  if constexpr (sizeof(T) <= 4)  // long rows and small batches: layernorm.wide.cu (float, half, bf16)
+    if (lesson05_forward<T>(M, N, vec, kernel == ForwardKernel::kAuto))
+      return layernorm_forward_wide<T>(x, weight, bias, y, mean, rstd, M, N, eps, stream);
   bool done = false;
   if constexpr (sizeof(T) == 2) {
     const bool hopper = device_attribute<cudaDevAttrComputeCapabilityMajor>() >= 9;

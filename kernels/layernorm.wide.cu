@@ -10,12 +10,14 @@
 // thread block cluster per row on sm_90 (forward), and on sm_90 the rows by bulk copy over a cluster of
 // 1-8 blocks (backward_bulk_kernel: 79-81 % of a copy for float32 N = 16384-65536; forward_bulk_kernel:
 // float32 512x32768 83 -> 88-89 %, 256x65536 69 -> 84-86 %). These files instantiate them for
-// course::layer_norm; layernorm.cu's kAuto sends such rows here (layernorm.h: wide_rows,
-// lesson05_backward), and the backward of batches of at most 8 rows or 1 MiB (lesson 03's cooperative
-// kernels, their grid barrier and set-up, were slower there). A kernel asked for by name keeps lesson 03's,
-// and so does double, which no benchmark times.
+// course::layer_norm; layernorm.cu's kAuto sends such rows here (layernorm.h: lesson05_forward,
+// lesson05_backward), and small batches: the backward of at most 1 MiB of x (lesson 03's cooperative
+// kernels, their grid barrier and set-up, were slower there), the forward of one wave of rows (forward_kernel
+// loads the weight and bias with the row there). A kernel asked for by name keeps lesson 03's, and so does
+// double, which no benchmark times.
 //
 //   layernorm_forward_wide             rmsnorm::launch_forward<T, Norm::kLayer, false>
+//   layernorm_forward_one_wave         whether its grid for rows in registers is one wave (small batches)
 //   (in layernorm.wide_backward.cu:)
 //   layernorm_backward_wide_workspace  rmsnorm::backward_workspace<T, Norm::kLayer>
 //   layernorm_backward_wide            rmsnorm::launch_backward<T, Norm::kLayer, T>: grad_x, then the
@@ -33,9 +35,16 @@ void layernorm_forward_wide(const T* x, const T* weight, const T* bias, T* y, Ac
                                                   stream);
 }
 
+template <typename T>
+bool layernorm_forward_one_wave(int64_t M, int N) {
+  constexpr int V = kPack16<T>;
+  return rmsnorm::forward_one_wave<V, 16 / V>(M, N);  // the kernel launch_forward runs for rows up to 8192
+}
+
 #define INSTANTIATE(T)                                                                                      \
   template void layernorm_forward_wide<T>(const T*, const T*, const T*, T*, Acc<T>*, Acc<T>*, int64_t, int, \
-                                          Acc<T>, cudaStream_t);
+                                          Acc<T>, cudaStream_t);                                            \
+  template bool layernorm_forward_one_wave<T>(int64_t, int);
 INSTANTIATE(float)
 INSTANTIATE(__half)
 INSTANTIATE(__nv_bfloat16)

@@ -10,7 +10,7 @@
 // Forward v3 (layernorm.cu; the pipelined kernel is in layernorm.hopper.cu).
 enum class ForwardKernel {
   kAuto,       // kPipelined on sm_90+ for half/bf16 where the grid does at most 4 rounds, else kRegisters;
-               // rows longer than 8192: lesson 05's kernels (layernorm.wide.cu)
+               // rows longer than 8192 and batches of one wave: lesson 05's kernels (layernorm.wide.cu)
   kRegisters,  // forward_v3_kernel: one row per row group, loaded straight into registers
   kPipelined,  // forward_v3_pipelined_kernel: a persistent grid, the next row copied to shared memory by
                // cp.async while this one is reduced (half/bf16; kRegisters for float and double)
@@ -19,7 +19,7 @@ enum class ForwardKernel {
 // Backward v2 (the row loop is in layernorm.cu; the one-kernel endings are in layernorm.hopper.cu).
 enum class BackwardKernel {
   kAuto,         // kBulkCopySplitBarrier for half/bf16 on sm_90+, else kCooperative, else kTwoKernels;
-                 // rows longer than 8192 and batches of at most 8 rows or 1 MiB: lesson 05's kernels
+                 // rows longer than 8192 and batches of at most 1 MiB: lesson 05's kernels
                  // (layernorm.wide.cu, layernorm.h: lesson05_backward)
   kTwoKernels,   // backward_v2_kernel writes per-block partial column sums, sum_partials_kernel adds them
   kCooperative,  // backward_v2_cooperative_kernel: the same rows, the column sums finished in the same

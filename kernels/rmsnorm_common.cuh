@@ -141,11 +141,16 @@ __device__ __forceinline__ void store_y(T* __restrict__ y, int64_t row, int N, i
 // Rows in registers: each row group loads its row once (16-byte packs, pack c to thread c % blockDim.x);
 // RMSNorm needs one group sum (of squares), LayerNorm two (the mean, then squared deviations from the
 // registers). Float rows load the weight (and bias) with the row where their packs take at most
-// RMSNORM_FWD_EARLY_BYTES per thread (0: always after the sums, as before 2026-11-27).
+// RMSNORM_FWD_EARLY_BYTES per thread (0: always after the sums, as before 2026-11-27); 2-byte rows too where
+// the grid is one wave (kFew, which the host picks: forward_one_wave).
 #ifndef RMSNORM_FWD_EARLY_BYTES
 #define RMSNORM_FWD_EARLY_BYTES 64
 #endif
-template <typename T, Norm kNorm, bool kAdd, int kVec, int kPacks>
+template <typename T, Norm kNorm, int kVec, int kPacks, bool kFew>
+constexpr bool kEarlyParams =
+    kVec > 1 && (sizeof(T) == 4 || kFew) &&
+    kPacks * kVec * int(sizeof(T)) * (kNorm == Norm::kLayer ? 2 : 1) <= RMSNORM_FWD_EARLY_BYTES;
+template <typename T, Norm kNorm, bool kAdd, int kVec, int kPacks, bool kFew = false>
 __global__ __launch_bounds__(1024) void forward_kernel(const T* __restrict__ x, const T* __restrict__ res,
                                                        const T* __restrict__ w, const T* __restrict__ b,
                                                        T* __restrict__ y, T* __restrict__ h,
@@ -162,10 +167,11 @@ __global__ __launch_bounds__(1024) void forward_kernel(const T* __restrict__ x, 
   // the batch is one wave (nothing else to run meanwhile). H100, float32 (results/h100/, 2026-11-27):
   // 1 x 4096 6.3 -> 5.0 us, 512 x 8192 92 -> 101 % of a copy, 2^24 and 2^26 elements within a point or
   // better. Not 2-byte rows: small batches gained there too (64 x 4096 81 -> 92 %), but rows of 1024 to 8192
-  // lost 12-19 points at 2^22 and 2048 x 8192 fell from 97 to 79 % (more registers per thread).
-  constexpr bool kEarly =
-      sizeof(T) == 4 && kVec > 1 &&
-      kPacks * kVec * int(sizeof(T)) * (kNorm == Norm::kLayer ? 2 : 1) <= RMSNORM_FWD_EARLY_BYTES;
+  // lost 12-19 points at 2^22 and 2048 x 8192 fell from 97 to 79 % (more registers per thread). So 2-byte
+  // rows load early only where the whole grid is resident at once (kFew: forward_one_wave), and the extra
+  // registers hold nothing up: bf16 1 x 4096 3.3 -> 2.4 us, 64 x 4096 3.3 -> 3.0 us, 512 x 4096 5.3 -> 5.0 us
+  // (kernel time by torch.profiler, L2 flushed; results/h100/norm_small_forward_2026-11-27.md).
+  constexpr bool kEarly = kEarlyParams<T, kNorm, kVec, kPacks, kFew>;
   Raw<T, kVec> wv[kEarly ? kPacks : 1], bv[kEarly && kNorm == Norm::kLayer ? kPacks : 1];
   const auto load_params = [&](int p, int j) {
     wv[kEarly ? p : 0].load(w + j);
@@ -1106,17 +1112,40 @@ inline int active_clusters(const void* kernel, int threads, size_t smem, int clu
   return clusters;
 }
 
-// forward_kernel with kPacks packs of kVec values per thread: row groups of whole warps, at least 4 warps per
-// block; false (nothing launched) where a row needs more than 1024 threads.
+// forward_kernel's block for rows of N values in kPacks packs of kVec per thread: a row group of whole warps
+// (x: threads per row), y: rows per block, at least 4 warps; x == 0 where a row needs more than 1024 threads.
+template <int kVec, int kPacks>
+dim3 forward_block(int N) {
+  const int threads = row_threads(N / kVec, kPacks);
+  return dim3(threads, threads == 0 || threads >= 128 ? 1 : 128 / threads);
+}
+
+// Whether forward_kernel's grid for M rows is one wave: every thread resident at once at the 64 registers a
+// thread of a 1024-thread block may use (1024 threads per SM). Then 2-byte rows load the weights with the row
+// (kFew). Beyond it they lost: bf16 1024 x 4096 7.4 -> 8.5 us, 8192 x 256 4.8 -> 5.1 us (twice the threads of
+// one wave; results/h100/norm_small_forward_2026-11-27.md).
+template <int kVec, int kPacks>
+bool forward_one_wave(int64_t M, int N) {
+  const dim3 block = forward_block<kVec, kPacks>(N);
+  return block.x > 0 && ceil_div<int64_t>(M, block.y) * block.x * block.y <= int64_t(num_sms()) * 1024;
+}
+
+// forward_kernel with kPacks packs of kVec values per thread (forward_block); false (nothing launched) where
+// a row needs more than 1024 threads.
 template <typename T, Norm kNorm, bool kAdd, int kVec, int kPacks>
 bool launch_forward_rows(const T* x, const T* res, const T* w, const T* b, T* y, T* h, Acc<T>* mean,
                          Acc<T>* rstd, int64_t M, int N, Acc<T> eps, cudaStream_t stream) {
-  const int threads = row_threads(N / kVec, kPacks);
-  if (threads == 0) return false;
-  const int rows = threads >= 128 ? 1 : 128 / threads;  // at least 4 warps per block
-  forward_kernel<T, kNorm, kAdd, kVec, kPacks>
-      <<<unsigned(ceil_div<int64_t>(M, rows)), dim3(threads, rows), 0, stream>>>(x, res, w, b, y, h, mean,
-                                                                                 rstd, M, N, eps);
+  const dim3 block = forward_block<kVec, kPacks>(N);
+  if (block.x == 0) return false;
+  const dim3 grid(unsigned(ceil_div<int64_t>(M, block.y)));
+  constexpr bool kCanFew =
+      !kAdd && kEarlyParams<T, kNorm, kVec, kPacks, true> && !kEarlyParams<T, kNorm, kVec, kPacks, false>;
+  if (kCanFew && forward_one_wave<kVec, kPacks>(M, N))  // (else the same kernel)
+    forward_kernel<T, kNorm, kAdd, kVec, kPacks, kCanFew>
+        <<<grid, block, 0, stream>>>(x, res, w, b, y, h, mean, rstd, M, N, eps);
+  else
+    forward_kernel<T, kNorm, kAdd, kVec, kPacks>
+        <<<grid, block, 0, stream>>>(x, res, w, b, y, h, mean, rstd, M, N, eps);
   COURSE_LAUNCH_CHECK();
   return true;
 }
