@@ -17,6 +17,12 @@ number of bytes, timed the same way, in the same process, on the same card. Neve
 A 30 us kernel timed twice in one process can differ by a few percent (clocks, what ran just before), and
 so can the copy it is compared with. `compare(..., repeat=3)` times the copy and every implementation in
 turn, three times over, and reports the medians: the benchmark suite does that for its headline numbers.
+
+A kernel of a few microseconds is another matter: the events around it also see the launch latency and,
+where fn's Python takes longer than the flush before it, the CPU (a Triton op's launch hides behind the flush
+in one round and not in the next). `kernel_time` reads the kernels' own durations from torch.profiler
+instead; on the H100, unchanged 3-5 us kernels repeat within 0.1 us there, where their event times moved by
++-11 % (results/h100/norm_small_forward_2026-11-27.md).
 """
 
 from __future__ import annotations
@@ -70,6 +76,46 @@ def time(fn, *, device: str | torch.device | None = None, rep_ms: int = 100) -> 
     from triton.testing import do_bench  # torch's CUDA wheels on Linux depend on triton
 
     return Timing(*do_bench(fn, warmup=25, rep=rep_ms, quantiles=list(QUANTILES)))
+
+
+def _kernels(fn, calls: int, flush=None) -> dict[str, list[float]]:
+    """Durations (us) of the CUDA kernels and memsets of `calls` calls of fn() under torch.profiler, by name,
+    flush() run before each call."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            if flush is not None:
+                flush()
+            fn()
+        torch.cuda.synchronize()
+    seen: dict[str, list[float]] = {}
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            seen.setdefault(event.name, []).append(event.device_time)
+    return seen
+
+
+def kernel_time(fn, *, calls: int = 40, flush: bool = True) -> float:
+    """The GPU time (ms) of the kernels one call of fn() runs, summed over them: the mean over `calls` calls of
+    the durations torch.profiler records for each kernel (CUPTI's, from the kernel's start to its end on
+    the GPU), with L2 flushed before every call as `time` does (flush=False: L2 warm). It leaves out what
+    `time`'s events also see (the launch latency, gaps between kernels, CPU time the GPU waits for), so use
+    it to compare kernels of a few microseconds, and `time` for what a caller waits. The flush's own kernels
+    are found by profiling the flush alone and left out by name; a kernel of fn's with the same name would be
+    left out too. CUDA only."""
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            "bench.kernel_time reads CUDA kernel records: it needs a CUDA GPU (use bench.wall on the CPU)"
+        )
+    cache = torch.empty(256 << 20, dtype=torch.int8, device="cuda") if flush else None
+    clear = cache.zero_ if flush else None
+    for _ in range(3):  # warm-up: first-call set-up, allocator, autotuning
+        fn()
+    flush_names = set(_kernels(lambda: None, 2, clear)) if flush else set()
+    seen = _kernels(fn, calls, clear)
+    total_us = sum(sum(ts) for name, ts in seen.items() if name not in flush_names)
+    return total_us / calls / 1e3
 
 
 def wall(fn, *, min_run_time: float = 0.2) -> Timing:

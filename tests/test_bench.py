@@ -122,6 +122,25 @@ def test_cuda_timing_sees_bandwidth():
     assert 0.5 < bench.copy_gbps(2 * x.nbytes) / gbps < 2
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU-only error")
+def test_kernel_time_without_a_gpu_says_what_it_needs():
+    with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+        bench.kernel_time(lambda: None)
+
+
+@needs_gpu
+def test_kernel_time_counts_fn_kernels_not_the_flush():
+    """Nothing launched: zero (the flush's kernels are left out); one copy: its kernel alone, shorter than the
+    events around the call, and twice the copies: about twice the time."""
+    x = torch.randn(1 << 24, device="cuda")
+    y = torch.empty_like(x)
+    assert bench.kernel_time(lambda: None, calls=5) == 0
+    one = bench.kernel_time(lambda: y.copy_(x))
+    two = bench.kernel_time(lambda: (y.copy_(x), y.copy_(x)))
+    assert 0 < one < bench.time(lambda: y.copy_(x)).ms
+    assert 1.6 < two / one < 2.4
+
+
 @needs_gpu
 def test_graphed_replays_the_captured_work_on_new_data():
     """A graph replays the kernels on the same tensors: change the input in place and the output follows."""
