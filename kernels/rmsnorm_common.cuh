@@ -169,7 +169,7 @@ __global__ __launch_bounds__(1024) void forward_kernel(const T* __restrict__ x, 
   // better. Not 2-byte rows: small batches gained there too (64 x 4096 81 -> 92 %), but rows of 1024 to 8192
   // lost 12-19 points at 2^22 and 2048 x 8192 fell from 97 to 79 % (more registers per thread). So 2-byte
   // rows load early only where the whole grid is resident at once (kFew: forward_one_wave), and the extra
-  // registers hold nothing up: bf16 1 x 4096 3.3 -> 2.4 us, 64 x 4096 3.3 -> 3.0 us, 512 x 4096 5.3 -> 5.0 us
+  // registers hold nothing up: bf16 1 x 4096 3.3 -> 2.4 us, 64 x 4096 3.3 -> 2.9 us, 512 x 4096 5.3 -> 5.0 us
   // (kernel time by torch.profiler, L2 flushed; results/h100/norm_small_forward_2026-11-27.md).
   constexpr bool kEarly = kEarlyParams<T, kNorm, kVec, kPacks, kFew>;
   Raw<T, kVec> wv[kEarly ? kPacks : 1], bv[kEarly && kNorm == Norm::kLayer ? kPacks : 1];
@@ -1123,7 +1123,8 @@ dim3 forward_block(int N) {
 // Whether forward_kernel's grid for M rows is one wave: every thread resident at once at the 64 registers a
 // thread of a 1024-thread block may use (1024 threads per SM). Then 2-byte rows load the weights with the row
 // (kFew). Beyond it they lost: bf16 1024 x 4096 7.4 -> 8.5 us, 8192 x 256 4.8 -> 5.1 us (twice the threads of
-// one wave; results/h100/norm_small_forward_2026-11-27.md).
+// one wave), and at its edge so did RMSNorm bf16 4096 x 256, 3.4 -> 3.6 us (LayerNorm there: 3.8 -> 3.6 us;
+// results/h100/norm_small_forward_2026-11-27.md).
 template <int kVec, int kPacks>
 bool forward_one_wave(int64_t M, int N) {
   const dim3 block = forward_block<kVec, kPacks>(N);
