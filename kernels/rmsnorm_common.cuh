@@ -1139,9 +1139,10 @@ bool launch_forward_rows(const T* x, const T* res, const T* w, const T* b, T* y,
   const dim3 block = forward_block<kVec, kPacks>(N);
   if (block.x == 0) return false;
   const dim3 grid(unsigned(ceil_div<int64_t>(M, block.y)));
+  // kFew where it makes a different kernel; not for the fused add, whose small batches were not measured
   constexpr bool kCanFew =
       !kAdd && kEarlyParams<T, kNorm, kVec, kPacks, true> && !kEarlyParams<T, kNorm, kVec, kPacks, false>;
-  if (kCanFew && forward_one_wave<kVec, kPacks>(M, N))  // (else the same kernel)
+  if (kCanFew && forward_one_wave<kVec, kPacks>(M, N))
     forward_kernel<T, kNorm, kAdd, kVec, kPacks, kCanFew>
         <<<grid, block, 0, stream>>>(x, res, w, b, y, h, mean, rstd, M, N, eps);
   else
