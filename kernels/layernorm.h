@@ -71,13 +71,19 @@ inline bool wide_rows(int N, bool automatic) { return automatic && N > kWideFrom
 // layernorm.wide.cu): there lesson 05's forward_kernel loads the weight and bias with the row (nothing else
 // runs to hide a second trip to memory after the sums), lesson 03's forward v3 after the sums. Kernel time on
 // the H100 (torch.profiler, L2 flushed): bf16 1 x 4096 3.5 -> 2.8 us, 128 x 8192 4.8 -> 4.5 us, 256 x 4096
-// 4.5 -> 4.2 us; float32 within 0.1 us (results/h100/norm_small_forward_2026-11-27.md).
+// 4.5 -> 4.2 us; float32 within 0.1 us (results/h100/norm_small_forward_2026-11-27.md). And short rows of
+// many-wave batches (layernorm_forward_short_rows: several rows per row group, rmsnorm_common.cuh's
+// forward_short_rows): bf16 65536 x 256 91.6 -> 96.2 %, float32 16384 x 256 88.3 -> 97.7 % of a copy
+// (results/h100/norm_short_rows_2026-11-27.md).
 template <typename T>
 bool layernorm_forward_one_wave(int64_t M, int N);
 template <typename T>
+bool layernorm_forward_short_rows(int64_t M, int N);
+template <typename T>
 bool lesson05_forward(int64_t M, int N, bool vec, bool automatic) {
   return wide_rows(N, automatic) ||
-         (automatic && vec && N <= kWideFrom && layernorm_forward_one_wave<T>(M, N));
+         (automatic && vec && N <= kWideFrom &&
+          (layernorm_forward_one_wave<T>(M, N) || layernorm_forward_short_rows<T>(M, N)));
 }
 template <typename T>
 bool lesson05_backward(int64_t M, int N, bool automatic) {

@@ -13,11 +13,13 @@
 // course::layer_norm; layernorm.cu's kAuto sends such rows here (layernorm.h: lesson05_forward,
 // lesson05_backward), and small batches: the backward of at most 1 MiB of x (lesson 03's cooperative
 // kernels, their grid barrier and set-up, were slower there), the forward of one wave of rows (forward_kernel
-// loads the weight and bias with the row there). A kernel asked for by name keeps lesson 03's, and so does
+// loads the weight and bias with the row there) and of short rows in many waves (several rows per row group:
+// rmsnorm_common.cuh's forward_short_rows). A kernel asked for by name keeps lesson 03's, and so does
 // double, which no benchmark times.
 //
 //   layernorm_forward_wide             rmsnorm::launch_forward<T, Norm::kLayer, false>
 //   layernorm_forward_one_wave         whether its grid for rows in registers is one wave (small batches)
+//   layernorm_forward_short_rows       whether it takes several short rows per row group (many-wave batches)
 //   (in layernorm.wide_backward.cu:)
 //   layernorm_backward_wide_workspace  rmsnorm::backward_workspace<T, Norm::kLayer>
 //   layernorm_backward_wide            rmsnorm::launch_backward<T, Norm::kLayer, T>: grad_x, then the
@@ -41,10 +43,16 @@ bool layernorm_forward_one_wave(int64_t M, int N) {
   return rmsnorm::forward_one_wave<V, 16 / V>(M, N);  // the kernel launch_forward runs for rows up to 8192
 }
 
+template <typename T>
+bool layernorm_forward_short_rows(int64_t M, int N) {
+  return rmsnorm::forward_short_rows<T>(M, N) > 1;
+}
+
 #define INSTANTIATE(T)                                                                                      \
   template void layernorm_forward_wide<T>(const T*, const T*, const T*, T*, Acc<T>*, Acc<T>*, int64_t, int, \
                                           Acc<T>, cudaStream_t);                                            \
-  template bool layernorm_forward_one_wave<T>(int64_t, int);
+  template bool layernorm_forward_one_wave<T>(int64_t, int);                                                \
+  template bool layernorm_forward_short_rows<T>(int64_t, int);
 INSTANTIATE(float)
 INSTANTIATE(__half)
 INSTANTIATE(__nv_bfloat16)

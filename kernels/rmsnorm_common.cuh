@@ -8,7 +8,8 @@
 //                             kLayer: y = (x - mean) * rstd * w + b (two row sums, from registers)
 //   load_input, store_y       a pack of the input (x, or x + residual rounded to T and written to h), and
 //                             the one place a kernel writes y (where an epilogue, e.g. dropout, goes)
-//   forward_kernel            rows in registers: a row group of 1 to 32 warps per row, 16-byte packs
+//   forward_kernel            rows in registers: a row group of 1 to 32 warps per row, 16-byte packs; short
+//                             rows in many waves 2 or 4 rows per row group (forward_short_rows)
 //   forward_long_kernel       one block per row, or a cluster of 2-8 blocks per row (sm_90); the row kept in
 //                             shared memory where it fits, else read again (from L2)
 //   forward_bulk_kernel       long rows on sm_90: backward_bulk_kernel's design for the forward (a persistent
@@ -150,18 +151,20 @@ template <typename T, Norm kNorm, int kVec, int kPacks, bool kFew>
 constexpr bool kEarlyParams =
     kVec > 1 && (sizeof(T) == 4 || kFew) &&
     kPacks * kVec * int(sizeof(T)) * (kNorm == Norm::kLayer ? 2 : 1) <= RMSNORM_FWD_EARLY_BYTES;
-template <typename T, Norm kNorm, bool kAdd, int kVec, int kPacks, bool kFew = false>
+template <typename T, Norm kNorm, bool kAdd, int kVec, int kPacks, bool kFew = false, int kRows = 1>
 __global__ __launch_bounds__(1024) void forward_kernel(const T* __restrict__ x, const T* __restrict__ res,
                                                        const T* __restrict__ w, const T* __restrict__ b,
                                                        T* __restrict__ y, T* __restrict__ h,
                                                        Acc<T>* __restrict__ mean, Acc<T>* __restrict__ rstd,
                                                        int64_t M, int N, Acc<T> eps) {
   using acc_t = Acc<T>;
-  __shared__ acc_t buf[2][32];
-  const int64_t row = blockIdx.x * int64_t(blockDim.y) + threadIdx.y;
-  const bool active = row < M;
-  Raw<T, kVec> v[kPacks];
-  acc_t s[1] = {0};
+  __shared__ acc_t buf[2][32 * kRows];
+  // kRows > 1 (short rows, launch_forward_rows): the row group takes kRows consecutive rows, all loaded
+  // before the first sum, so that a thread has 64 bytes in flight rather than 16 or 32, and the weight's
+  // packs, loaded once, serve every row.
+  const int64_t row0 = (blockIdx.x * int64_t(blockDim.y) + threadIdx.y) * kRows;
+  Raw<T, kVec> v[kRows][kPacks];
+  acc_t s[kRows] = {};
   // The weight's (and bias's) packs: for float rows where they fit in registers beside the row (kEarly),
   // loaded with the row, before the sums. Loaded after them, their latency came on top of the row's where
   // the batch is one wave (nothing else to run meanwhile). H100, float32 (results/h100/, 2026-11-27):
@@ -170,8 +173,9 @@ __global__ __launch_bounds__(1024) void forward_kernel(const T* __restrict__ x, 
   // lost 12-19 points at 2^22 and 2048 x 8192 fell from 97 to 79 % (more registers per thread). So 2-byte
   // rows load early only where the whole grid is resident at once (kFew: forward_one_wave), and the extra
   // registers hold nothing up: bf16 1 x 4096 3.3 -> 2.4 us, 64 x 4096 3.3 -> 2.9 us, 512 x 4096 5.3 -> 5.0 us
-  // (kernel time by torch.profiler, L2 flushed; results/h100/norm_small_forward_2026-11-27.md).
-  constexpr bool kEarly = kEarlyParams<T, kNorm, kVec, kPacks, kFew>;
+  // (kernel time by torch.profiler, L2 flushed; results/h100/norm_small_forward_2026-11-27.md). Several rows
+  // per group (kRows > 1) always load them early: once for all the rows.
+  constexpr bool kEarly = kRows > 1 || kEarlyParams<T, kNorm, kVec, kPacks, kFew>;
   Raw<T, kVec> wv[kEarly ? kPacks : 1], bv[kEarly && kNorm == Norm::kLayer ? kPacks : 1];
   const auto load_params = [&](int p, int j) {
     wv[kEarly ? p : 0].load(w + j);
@@ -181,52 +185,69 @@ __global__ __launch_bounds__(1024) void forward_kernel(const T* __restrict__ x, 
   for (int p = 0; p < kPacks; ++p) {
     const int j = (threadIdx.x + p * blockDim.x) * kVec;
     if constexpr (kEarly)
-      if (active && j < N) load_params(p, j);
+      if (row0 < M && j < N) load_params(p, j);
   }
 #pragma unroll
-  for (int p = 0; p < kPacks; ++p) {
-    const int j = (threadIdx.x + p * blockDim.x) * kVec;
-    if (active && j < N) {
-      load_input<T, kVec, kAdd>(v[p], x, res, h, row * N + j);
+  for (int r = 0; r < kRows; ++r)
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) s[0] += kNorm == Norm::kRms ? v[p][k] * v[p][k] : v[p][k];
+    for (int p = 0; p < kPacks; ++p) {
+      const int j = (threadIdx.x + p * blockDim.x) * kVec;
+      if (row0 + r < M && j < N) load_input<T, kVec, kAdd>(v[r][p], x, res, h, (row0 + r) * N + j);
     }
-  }
-  group_sum(s, buf[0]);
-  acc_t mu = 0, rs;
-  if constexpr (kNorm == Norm::kLayer) {
-    mu = s[0] / N;
-    acc_t q[1] = {0};
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
 #pragma unroll
     for (int p = 0; p < kPacks; ++p)
-      if (active && (threadIdx.x + p * blockDim.x) * kVec < N)
+      if (row0 + r < M && (threadIdx.x + p * blockDim.x) * kVec < N)
 #pragma unroll
-        for (int k = 0; k < kVec; ++k) q[0] += (v[p][k] - mu) * (v[p][k] - mu);
+        for (int k = 0; k < kVec; ++k) s[r] += kNorm == Norm::kRms ? v[r][p][k] * v[r][p][k] : v[r][p][k];
+  group_sum(s, buf[0]);
+  acc_t mu[kRows] = {}, rs[kRows];
+  if constexpr (kNorm == Norm::kLayer) {
+    acc_t q[kRows] = {};
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      mu[r] = s[r] / N;
+#pragma unroll
+      for (int p = 0; p < kPacks; ++p)
+        if (row0 + r < M && (threadIdx.x + p * blockDim.x) * kVec < N)
+#pragma unroll
+          for (int k = 0; k < kVec; ++k) q[r] += (v[r][p][k] - mu[r]) * (v[r][p][k] - mu[r]);
+    }
     group_sum(q, buf[1]);
-    rs = rsqrt_acc(q[0] / N + eps);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) rs[r] = rsqrt_acc(q[r] / N + eps);
   } else {
-    rs = rsqrt_acc(s[0] / N + eps);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) rs[r] = rsqrt_acc(s[r] / N + eps);
   }
-  if (!active) return;
+  if (row0 >= M) return;
 #pragma unroll
   for (int p = 0; p < kPacks; ++p) {
     const int j = (threadIdx.x + p * blockDim.x) * kVec;
     if (j < N) {
       if constexpr (!kEarly) load_params(p, j);
       const int q = kEarly ? p : 0;
-      acc_t out[kVec];
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) {
-        out[k] = (v[p][k] - mu) * rs * wv[q][k];
-        if constexpr (kNorm == Norm::kLayer) out[k] += bv[q][k];
+      for (int r = 0; r < kRows; ++r) {
+        if (row0 + r >= M) break;
+        acc_t out[kVec];
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) {
+          out[k] = (v[r][p][k] - mu[r]) * rs[r] * wv[q][k];
+          if constexpr (kNorm == Norm::kLayer) out[k] += bv[q][k];
+        }
+        store_y<T, kVec>(y, row0 + r, N, j, out);
       }
-      store_y<T, kVec>(y, row, N, j, out);
     }
   }
-  if (threadIdx.x == 0) {
-    if constexpr (kNorm == Norm::kLayer) mean[row] = mu;
-    rstd[row] = rs;
-  }
+  if (threadIdx.x == 0)
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+      if (row0 + r < M) {
+        if constexpr (kNorm == Norm::kLayer) mean[row0 + r] = mu[r];
+        rstd[row0 + r] = rs[r];
+      }
 }
 
 // Rows too long for registers: one block per row, or (kCluster > 1, sm_90) a thread block cluster of kCluster
@@ -1131,25 +1152,70 @@ bool forward_one_wave(int64_t M, int N) {
   return block.x > 0 && ceil_div<int64_t>(M, block.y) * block.x * block.y <= int64_t(num_sms()) * 1024;
 }
 
-// forward_kernel with kPacks packs of kVec values per thread (forward_block); false (nothing launched) where
-// a row needs more than 1024 threads.
-template <typename T, Norm kNorm, bool kAdd, int kVec, int kPacks>
+// forward_kernel with kPacks packs of kVec values per thread (forward_block) and kRows rows per row group;
+// false (nothing launched) where a row needs more than 1024 threads.
+template <typename T, Norm kNorm, bool kAdd, int kVec, int kPacks, int kRows = 1>
 bool launch_forward_rows(const T* x, const T* res, const T* w, const T* b, T* y, T* h, Acc<T>* mean,
                          Acc<T>* rstd, int64_t M, int N, Acc<T> eps, cudaStream_t stream) {
   const dim3 block = forward_block<kVec, kPacks>(N);
   if (block.x == 0) return false;
-  const dim3 grid(unsigned(ceil_div<int64_t>(M, block.y)));
+  const dim3 grid(unsigned(ceil_div<int64_t>(M, int64_t(block.y) * kRows)));
   // kFew where it makes a different kernel; not for the fused add, whose small batches were not measured
-  constexpr bool kCanFew =
-      !kAdd && kEarlyParams<T, kNorm, kVec, kPacks, true> && !kEarlyParams<T, kNorm, kVec, kPacks, false>;
+  constexpr bool kCanFew = kRows == 1 && !kAdd && kEarlyParams<T, kNorm, kVec, kPacks, true> &&
+                           !kEarlyParams<T, kNorm, kVec, kPacks, false>;
   if (kCanFew && forward_one_wave<kVec, kPacks>(M, N))
     forward_kernel<T, kNorm, kAdd, kVec, kPacks, kCanFew>
         <<<grid, block, 0, stream>>>(x, res, w, b, y, h, mean, rstd, M, N, eps);
   else
-    forward_kernel<T, kNorm, kAdd, kVec, kPacks>
+    forward_kernel<T, kNorm, kAdd, kVec, kPacks, false, kRows>
         <<<grid, block, 0, stream>>>(x, res, w, b, y, h, mean, rstd, M, N, eps);
   COURSE_LAUNCH_CHECK();
   return true;
+}
+
+// Short rows: forward_kernel's rows per row group for an M x N forward (T, vectorizable), 4 or 2 where a row
+// takes one or two warps holding 16 or 32 bytes of it per thread, so that every thread has 64 bytes in
+// flight and loads the weight once for all its rows; 1 elsewhere. Only where the one-row grid is more than
+// 1.5 waves of full SMs: H100, do_bench, % of a copy, HEAD -> kRows
+// (results/h100/norm_short_rows_2026-11-27.md): RMSNorm bf16 256 wide 84.4 -> 95.6 (2^22 elements, 1.9
+// waves), 91.8 -> 98.1 (2^24); LayerNorm float32 256 wide 88.3 -> 97.7 (2^22); but bf16 8192 x 512 and 4096 x
+// 1024 (2^22, one wave) lost 110 -> 98 % (half the warps to hide the latency with). RMSNORM_FWD_SHORT_ROWS 0
+// turns it off (a build-time setting).
+#ifndef RMSNORM_FWD_SHORT_ROWS
+#define RMSNORM_FWD_SHORT_ROWS 1
+#endif
+template <typename T>
+int forward_short_rows(int64_t M, int N) {
+  constexpr int V = kPack16<T>, P16 = 16 / V > 0 ? 16 / V : 1;
+  if (!RMSNORM_FWD_SHORT_ROWS || P16 < 2) return 1;
+  const int threads = row_threads(N / V, P16);
+  if (threads == 0 || threads > 64) return 1;
+  const int packs = ceil_div(N / V, threads);  // per thread
+  if (packs > 2) return 1;
+  const int64_t wave = int64_t(num_sms()) * device_attribute<cudaDevAttrMaxThreadsPerMultiProcessor>();
+  return 2 * M * threads > 3 * wave ? 4 / packs : 1;
+}
+
+// forward_kernel with forward_short_rows's rows per row group; false (nothing launched) where that is 1, or
+// for the fused add (two loads per pack already; not measured).
+template <typename T, Norm kNorm, bool kAdd>
+bool launch_forward_short_rows(const T* x, const T* res, const T* w, const T* b, T* y, T* h, Acc<T>* mean,
+                               Acc<T>* rstd, int64_t M, int N, Acc<T> eps, cudaStream_t stream) {
+  constexpr int V = kPack16<T>;
+  if constexpr (kAdd || 16 / V < 2) {
+    return false;
+  } else {
+    switch (forward_short_rows<T>(M, N)) {
+      case 4:
+        return launch_forward_rows<T, kNorm, kAdd, V, 1, 4>(x, res, w, b, y, h, mean, rstd, M, N, eps,
+                                                            stream);
+      case 2:
+        return launch_forward_rows<T, kNorm, kAdd, V, 2, 2>(x, res, w, b, y, h, mean, rstd, M, N, eps,
+                                                            stream);
+      default:
+        return false;
+    }
+  }
 }
 
 // The most bytes of a row one block of a forward cluster keeps (a build-time setting, for tuning): by default
@@ -1324,6 +1390,7 @@ void launch_forward(const T* x, const T* res, const T* w, const T* b, T* y, T* h
     const bool in_registers = row_threads(N / V, kFwdMaxValues >= 32 ? 2 * P16 : P16) != 0;
     if (launch_forward_bulk<T, kNorm, kAdd>(x, res, w, b, y, h, mean, rstd, M, N, eps, in_registers, stream))
       return;
+    if (launch_forward_short_rows<T, kNorm, kAdd>(x, res, w, b, y, h, mean, rstd, M, N, eps, stream)) return;
     if (launch_forward_rows<T, kNorm, kAdd, V, P16>(x, res, w, b, y, h, mean, rstd, M, N, eps, stream))
       return;
     if (kFwdMaxValues >= 32 &&
