@@ -20,7 +20,10 @@ DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 # for registers (the long-row kernels; on the CPU only two rows); on a GPU 131072 and 262144: rows too long
 # for one block's shared memory (sm_90: over a thread block cluster). M = 0 and 1 included.
 SHAPES = [(0, 3), (1,), (3, 3), (127, 127), (5, 1151), (1, 4096), (67, 4096), (2, 65536)]
+# Short rows in batches of several waves (kernels/rmsnorm_common.cuh: forward_short_rows, 4 or 2 rows per row
+# group; M odd, so the last group is part-empty): 40001x64, 20001x256, 16385x1024.
 GPU_SHAPES = [(4096, 4096), (9, 16384), (3, 32768), (40, 65536), (2, 3, 8192), (5, 131072), (2, 262144)]
+GPU_SHAPES += [(40001, 64), (20001, 256), (16385, 1024)]
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +77,8 @@ def test_forward_and_backward_match_native_in_float64(ext, device, dtype, shape,
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", GPU_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_every_fast_path_matches_native_on_the_gpu(ext, dtype, shape):
-    """Rows in registers at 8 and 16 values per thread, the long-row kernels, many rows per column sum."""
+    """Rows in registers at 8 and 16 values per thread, several short rows per row group, the long-row
+    kernels, many rows per column sum."""
     run_and_compare(ext, *inputs(shape, dtype, "cuda"), 2)
 
 
