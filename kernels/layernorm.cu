@@ -33,8 +33,8 @@
 // The tuning past v3 and v2 (rows pipelined by cp.async, one backward kernel ending in a grid barrier, TMA
 // bulk copies) is in layernorm.hopper.cu, explained in notebooks/03b_layernorm_hopper.ipynb; the default
 // choice, kAuto (layernorm_choices.h), runs it where it is faster, and sends rows longer than 8192 and small
-// batches (forward: one wave of rows; backward: at most 1 MiB of x) to lesson 05's norm kernels
-// (layernorm.wide.cu).
+// batches (forward: one wave of rows; backward: at most 1 MiB of x), and the forward of short rows in many
+// waves, to lesson 05's norm kernels (layernorm.wide.cu).
 #include "layernorm_common.cuh"
 
 using namespace layernorm;

@@ -1186,8 +1186,8 @@ bool launch_forward_rows(const T* x, const T* res, const T* w, const T* b, T* y,
 #endif
 template <typename T>
 int forward_short_rows(int64_t M, int N) {
-  constexpr int V = kPack16<T>, P16 = 16 / V > 0 ? 16 / V : 1;
-  if (!RMSNORM_FWD_SHORT_ROWS || P16 < 2) return 1;
+  constexpr int V = kPack16<T>, P16 = 16 / V;
+  if (!RMSNORM_FWD_SHORT_ROWS) return 1;
   const int threads = row_threads(N / V, P16);
   if (threads == 0 || threads > 64) return 1;
   const int packs = ceil_div(N / V, threads);  // per thread
@@ -1202,7 +1202,7 @@ template <typename T, Norm kNorm, bool kAdd>
 bool launch_forward_short_rows(const T* x, const T* res, const T* w, const T* b, T* y, T* h, Acc<T>* mean,
                                Acc<T>* rstd, int64_t M, int N, Acc<T> eps, cudaStream_t stream) {
   constexpr int V = kPack16<T>;
-  if constexpr (kAdd || 16 / V < 2) {
+  if constexpr (kAdd) {
     return false;
   } else {
     switch (forward_short_rows<T>(M, N)) {
