@@ -405,6 +405,15 @@ __device__ __forceinline__ void deliver_sums(float (&slots)[X][8][K], uint64_t (
 #define RMSNORM_FWD_BULK_STAGES 4  // the most stages of the ring
 #endif
 
+// A pack's words, hidden from the optimizer for one use: the compiler does not hoist the conversion of a
+// loop-invariant pack (a weight) to floats out of the row loop, which doubles the registers it holds.
+template <typename R>
+__device__ __forceinline__ R opaque(R r) {
+#pragma unroll
+  for (auto& word : r.w) asm volatile("" : "+r"(word));
+  return r;
+}
+
 // The forward of rows too long for registers (and of long rows in registers that barely fit), on sm_90:
 // backward_bulk_kernel's design for one input. A persistent grid of thread block clusters of C = 1, 2, 4 or
 // 8 blocks (C at run time), cluster i taking rows i, i + G, ... (G clusters), block r owning slice r of the
@@ -537,11 +546,14 @@ __global__ __launch_bounds__(kThreads) void forward_bulk_kernel(
     const int64_t row = first + k * G;
     each_pack([&](int p, int c) {
       const Raw<T, kVec> v = input(s, c);
+      // (opaque: converted here, row by row, not hoisted out of the row loop as floats, which took twice the
+      // registers: LayerNorm's 2-byte weights and biases spilled at 8 packs per thread)
+      const Raw<T, kVec> wp = opaque(wv[p]), bp = kNorm == Norm::kLayer ? opaque(bv[p]) : bv[p];
       acc_t out[kVec];
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
-        out[j] = (v[j] - mu) * rs * wv[p][j];
-        if constexpr (kNorm == Norm::kLayer) out[j] += bv[p][j];
+        out[j] = (v[j] - mu) * rs * wp[j];
+        if constexpr (kNorm == Norm::kLayer) out[j] += bp[j];
       }
       store_y<T, kVec>(y, row, N, c * kVec, out);
     });
@@ -1267,14 +1279,12 @@ void launch_forward_long(const T* x, const T* res, const T* w, const T* b, T* y,
   COURSE_LAUNCH_CHECK();
 }
 
-// forward_bulk_kernel's packs per thread: 2, 4 or 8 (the fewest that cover a slice; at most 4 for LayerNorm's
-// 2-byte types, whose weights and biases at 8 packs spill), the kernel of each.
+// forward_bulk_kernel's packs per thread: 2, 4 or 8 (the fewest that cover a slice), the kernel of each.
 constexpr int kFwdBulkThreads = RMSNORM_FWD_BULK_THREADS, kFwdBulkStages = RMSNORM_FWD_BULK_STAGES;
-template <typename T, Norm kNorm>
-constexpr int kFwdBulkMostPacks = kNorm == Norm::kLayer && sizeof(T) == 2 ? 4 : 8;
+constexpr int kFwdBulkMostPacks = 8;
 template <typename T, Norm kNorm, bool kAdd>
 auto forward_bulk(int packs) {
-  constexpr int V = kPack16<T>, B = kFwdBulkThreads, P = kFwdBulkMostPacks<T, kNorm>;
+  constexpr int V = kPack16<T>, B = kFwdBulkThreads, P = kFwdBulkMostPacks;
   return packs <= 2   ? forward_bulk_kernel<T, kNorm, kAdd, V, 2, B>
          : packs <= 4 ? forward_bulk_kernel<T, kNorm, kAdd, V, 4, B>
                       : forward_bulk_kernel<T, kNorm, kAdd, V, P, B>;
@@ -1303,7 +1313,9 @@ ForwardBulkPlan plan_forward_bulk(int64_t M, int N) {
     for (int cluster = RMSNORM_FWD_BULK_MIN_CLUSTER; cluster <= 8; cluster *= 2) {
       if (N % (cluster * V) != 0) continue;
       const int packs = ceil_div(N / cluster / V, kFwdBulkThreads);
-      if (packs > kFwdBulkMostPacks<T, kNorm>) continue;
+      // LayerNorm's 2-byte rows over 65536: at most 4 packs per thread, so clusters of 8 (H100, 2026-11-27,
+      // bf16 128 x 131072: 82 % of a copy against 78-80 % with 8 packs over clusters of 4)
+      if (packs > (kNorm == Norm::kLayer && sizeof(T) == 2 && N > 65536 ? 4 : kFwdBulkMostPacks)) continue;
       const size_t stage = (kAdd ? 2 : 1) * size_t(N / cluster) * sizeof(T);
       const int stages = int(room / stage < size_t(kFwdBulkStages) ? room / stage : kFwdBulkStages);
       if (stages < 3) continue;
@@ -1345,8 +1357,10 @@ constexpr bool kFwdBulk = RMSNORM_FWD_BULK_FROM > 0;
 //   add 90 % against 85 %), and 2-byte ones in small batches (M <= SMs / 4, e.g. 16 x 65536 bf16: 63 %
 //   against 61 %, 1 x 65536: 63 % against 46 %) or of RMSNORM_FWD_BULK_2BYTE_ROUNDS rows per cluster
 //   (2026-11-27, since the exchange by st.async and the counted ring: bf16 256 x 65536 RMSNorm 98.0 %
-//   against 89.2 % at 3.9 rows per cluster of 2, LayerNorm 84.8 % against 79.9 % at 8.5 per cluster of 4;
-//   64 x 262144 RMSNorm 88.9 % against 63.1 %); between them forward_long_kernel (LayerNorm bf16 64 x 65536,
+//   against 89.2 % at 3.9 rows per cluster of 2, LayerNorm 84.8 % against 79.9 % at 8.5 per cluster of 4,
+//   and 88-92 % over clusters of 2 since its 8 packs of weights stopped spilling, results/h100/
+//   norm_forward_opaque_weights_2026-11-27.md; 64 x 262144 RMSNorm 88.9 % against 63.1 %); between them
+//   forward_long_kernel (LayerNorm bf16 64 x 65536,
 //   2.1 rows per cluster: 68.6 % against 63.2 %); not the fused add's (bf16 256 x 65536: 90.1 % against
 //   94.8 % in the grids of 2026-11-27).
 // false: nothing launched.

@@ -385,13 +385,25 @@ def test_pipelined_forward_gives_the_same_bits(ext, dtype, shape):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize(
     "shape",
-    [(20000, 64), (9000, 256), (1000, 4096), (4, 1, 8192), (600, 16384), (200, 32768), (120, 65536), (5, 12289)],
+    [
+        (20000, 64),
+        (9000, 256),
+        (1000, 4096),
+        (4, 1, 8192),
+        (600, 16384),
+        (200, 32768),
+        (120, 65536),
+        (200, 65536),
+        (5, 12289),
+    ],
     ids=str,
 )
 def test_many_rows_match_the_cpu_implementation(ext, dtype, shape):
     """More rows than the persistent backward grid holds at once: each block loops over many rows. Rows
     longer than 8192 run layernorm.wide.cu (lesson 05's kernels; on sm_90 the backward's clusters of 2, 4
-    and 8 blocks going round their rings of bulk copies), 12289 with one value per pack."""
+    and 8 blocks going round their rings of bulk copies; the forward's too, by one block per row at 200 x
+    32768 and by clusters of 2 at 200 x 65536, bf16 with 8 packs of weights per thread), 12289 with one
+    value per pack."""
     x, w, b = inputs(shape, dtype, "cpu")
     gy = torch.randn(shape).to(dtype)
     y, mean, rstd = ext.forward(x, w, b)
