@@ -546,9 +546,11 @@ __global__ __launch_bounds__(kThreads) void forward_bulk_kernel(
     const int64_t row = first + k * G;
     each_pack([&](int p, int c) {
       const Raw<T, kVec> v = input(s, c);
-      // (opaque: converted here, row by row, not hoisted out of the row loop as floats, which took twice the
-      // registers: LayerNorm's 2-byte weights and biases spilled at 8 packs per thread)
-      const Raw<T, kVec> wp = opaque(wv[p]), bp = kNorm == Norm::kLayer ? opaque(bv[p]) : bv[p];
+      // LayerNorm's 2-byte weights and biases at 8 packs: converted here, row by row (opaque), not hoisted
+      // out of the row loop as floats, which took twice the registers and spilled (elsewhere the same SASS as
+      // before: opaque cost 1-3 points at 4 packs, H100 2026-11-27)
+      constexpr bool kOpaque = kNorm == Norm::kLayer && sizeof(T) == 2 && kPacks == 8;
+      const Raw<T, kVec> wp = kOpaque ? opaque(wv[p]) : wv[p], bp = kOpaque ? opaque(bv[p]) : bv[p];
       acc_t out[kVec];
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
