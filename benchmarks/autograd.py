@@ -168,11 +168,12 @@ def _sync(device: str) -> None:
 
 
 def cpu_per_step(
-    runs: dict[str, Callable[[], None]], device: str, steps: int = 200, blocks: int = 7, warmup: int = 30
+    runs: dict[str, Callable[[], None]], device: str, steps: int = 200, blocks: int = 15, warmup: int = 30
 ) -> dict[str, float]:
     """Microseconds of wall clock per step of each implementation, steps issued back to back with no
     synchronization inside a block (so, with a GPU running behind, the CPU's time per step); the median of
-    `blocks` blocks. The implementations take turns block by block, each round in a rotated order, so that a
+    `blocks` blocks (15: with 7, one measurement on the H100 hosts put LayerNorm's step at 0.83x native's where
+    five repeats on the same machine gave 0.99-1.08x, results/h100/autograd_cpu_repeat_2026-11-27.txt). The implementations take turns block by block, each round in a rotated order, so that a
     host's drift (clocks, other load) or a position in the order favours none of them; the GPU catches up
     between blocks, outside the timing."""
     names = list(runs)
