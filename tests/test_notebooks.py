@@ -33,6 +33,17 @@ def test_notebook_is_committed_without_outputs(path):
             )
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_cell_has_a_unique_id(path):
+    """nbformat 4.5 cell ids: a cell without one makes nbformat warn ("will become a hard error") on every
+    execution; a cell pasted in by hand often lacks it."""
+    cells = json.loads(path.read_text())["cells"]
+    ids = [cell.get("id") for cell in cells]
+    missing = [i for i, cell_id in enumerate(ids) if not cell_id]
+    assert not missing, f"{path.name}: cells {missing} have no id"
+    assert len(set(ids)) == len(ids), f"{path.name}: cell ids repeat"
+
+
 def test_every_lesson_starts_with_the_same_bootstrap_cell():
     firsts = {}
     for path in NOTEBOOKS:
