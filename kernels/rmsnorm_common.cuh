@@ -26,6 +26,8 @@
 //                             into a ring of shared-memory stages, two rows in flight while one is worked on
 //   start_ring, deliver_sums  the bulk kernels' start, and their exchange of a row's sums within the cluster
 //                             (st.async, no fence: release arrivals waited for each row's stores)
+//   opaque                    a pack's words hidden from the optimizer for one use: LayerNorm's 2-byte
+//                             weights at 8 packs, converted to float row by row instead of held as floats
 //   backward_long_rows_kernel, backward_long_cols_kernel: rows too long for registers elsewhere (and for
 //                             backward_bulk_kernel): the two row sums by one block per row, then grad_x and
 //                             the partial column sums by column tiles (x and grad_y read twice)
