@@ -172,10 +172,11 @@ def cpu_per_step(
 ) -> dict[str, float]:
     """Microseconds of wall clock per step of each implementation, steps issued back to back with no
     synchronization inside a block (so, with a GPU running behind, the CPU's time per step); the median of
-    `blocks` blocks (15: with 7, one measurement on the H100 hosts put LayerNorm's step at 0.83x native's where
-    five repeats on the same machine gave 0.99-1.08x, results/h100/autograd_cpu_repeat_2026-11-27.txt). The implementations take turns block by block, each round in a rotated order, so that a
-    host's drift (clocks, other load) or a position in the order favours none of them; the GPU catches up
-    between blocks, outside the timing."""
+    `blocks` blocks (15: with 7, one measurement on the H100 hosts put LayerNorm's step at 0.83x native's
+    where five repeats on the same machine gave 0.99-1.08x, results/h100/autograd_cpu_repeat_2026-11-27.txt).
+    The implementations take turns block by block, each round in a rotated order, so that a host's drift
+    (clocks, other load) or a position in the order favours none of them; the GPU catches up between blocks,
+    outside the timing."""
     names = list(runs)
     for name in names:
         for _ in range(warmup):

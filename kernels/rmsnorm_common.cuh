@@ -1364,9 +1364,8 @@ constexpr bool kFwdBulk = RMSNORM_FWD_BULK_FROM > 0;
 //   against 89.2 % at 3.9 rows per cluster of 2, LayerNorm 84.8 % against 79.9 % at 8.5 per cluster of 4,
 //   and 88-92 % over clusters of 2 since its 8 packs of weights stopped spilling, results/h100/
 //   norm_forward_opaque_weights_2026-11-27.md; 64 x 262144 RMSNorm 88.9 % against 63.1 %); between them
-//   forward_long_kernel (LayerNorm bf16 64 x 65536,
-//   2.1 rows per cluster: 68.6 % against 63.2 %); not the fused add's (bf16 256 x 65536: 90.1 % against
-//   94.8 % in the grids of 2026-11-27).
+//   forward_long_kernel (LayerNorm bf16 64 x 65536, 2.1 rows per cluster: 68.6 % against 63.2 %); not the
+//   fused add's (bf16 256 x 65536: 90.1 % against 94.8 % in the grids of 2026-11-27).
 // false: nothing launched.
 template <typename T, Norm kNorm, bool kAdd>
 bool launch_forward_bulk(const T* x, const T* res, const T* w, const T* b, T* y, T* h, Acc<T>* mean,
