@@ -552,7 +552,9 @@ __global__ __launch_bounds__(kThreads) void forward_bulk_kernel(
       // out of the row loop as floats, which took twice the registers and spilled (elsewhere the same SASS as
       // before: opaque cost 1-3 points at 4 packs, H100 2026-11-27)
       constexpr bool kOpaque = kNorm == Norm::kLayer && sizeof(T) == 2 && kPacks == 8;
-      const Raw<T, kVec> wp = kOpaque ? opaque(wv[p]) : wv[p], bp = kOpaque ? opaque(bv[p]) : bv[p];
+      const Raw<T, kVec> wp = kOpaque ? opaque(wv[p]) : wv[p];
+      Raw<T, kVec> bp;  // (RMSNorm: none)
+      if constexpr (kNorm == Norm::kLayer) bp = kOpaque ? opaque(bv[p]) : bv[p];
       acc_t out[kVec];
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
