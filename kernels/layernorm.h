@@ -48,7 +48,12 @@ void layernorm_backward_v2(const T* grad_y, const T* x, const Acc<T>* mean, cons
 
 // Lesson 05's norm kernels (rmsnorm_common.cuh, Norm::kLayer; layernorm.wide.cu), which layernorm_forward_v3
 // and layernorm_backward_v2 run for float, half and bf16 when `kernel` is kAuto:
-// - forward: rows longer than kWideFrom;
+// - forward: rows longer than kWideFrom, and 2-byte vectorizable rows longer than LAYERNORM_WIDE_FWD_FROM
+//   (2048), which lesson 05's forward_kernel holds in registers as forward v3 does, the same sums in the same
+//   order (the same bits; its blocks and its loads of the weight and bias differ). bf16, H100, A/Bs in one
+//   process (2026-11-27, three hosts, % of a copy; results/h100/layernorm_forward_routing_2026-11-27.md):
+//   2048x8192 89.1 / 92.2 / 90.6 -> 97.2 / 95.4 / 94.3 %, 8192x8192 94.8 / 95.8 -> 97.7 / 97.4 %, 4096x4096
+//   92.3 / 93.6 -> 96.3 / 93.9 %. float32 stays: 0.95-1.04x (512x8192 lost 4-5 % in two runs of three);
 // - backward: rows longer than kWideFrom, except 2-byte rows shorter than 16384, which stay with lesson 03's
 //   kernels (its bulk-copy kernel: 79-84 % of a copy at N <= 8192); at bf16 1024x16384 lesson 03's
 //   measured 62.0 %, lesson 05's backward_bulk_kernel 76.1 % once its exchange stopped waiting for the row's
@@ -79,11 +84,16 @@ template <typename T>
 bool layernorm_forward_one_wave(int64_t M, int N);
 template <typename T>
 bool layernorm_forward_short_rows(int64_t M, int N);
+#ifndef LAYERNORM_WIDE_FWD_FROM
+#define LAYERNORM_WIDE_FWD_FROM \
+  2048  // 0: every vectorizable row (not better at 2048 and below, and noisy there)
+#endif
 template <typename T>
 bool lesson05_forward(int64_t M, int N, bool vec, bool automatic) {
   return wide_rows(N, automatic) ||
          (automatic && vec && N <= kWideFrom &&
-          (layernorm_forward_one_wave<T>(M, N) || layernorm_forward_short_rows<T>(M, N)));
+          ((sizeof(T) == 2 && N > LAYERNORM_WIDE_FWD_FROM) || layernorm_forward_one_wave<T>(M, N) ||
+           layernorm_forward_short_rows<T>(M, N)));
 }
 template <typename T>
 bool lesson05_backward(int64_t M, int N, bool automatic) {

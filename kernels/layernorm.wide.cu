@@ -1,5 +1,6 @@
-// kernels/layernorm.wide.cu: LayerNorm's rows longer than 8192, with lesson 05's kernels (forward here,
-// backward in layernorm.wide_backward.cu: two files, so that they compile side by side).
+// kernels/layernorm.wide.cu: LayerNorm's rows longer than 8192 and the other shapes layernorm.h lists, with
+// lesson 05's kernels (forward here, backward in layernorm.wide_backward.cu: two files, so that they compile
+// side by side).
 //
 // Lesson 03's kernels hold a row in registers up to 8192 values (forward v3, backward v2); longer rows took
 // forward_v3_long_kernel (Welford's one pass, then the row read again) and the backward pair
@@ -13,9 +14,9 @@
 // course::layer_norm; layernorm.cu's kAuto sends such rows here (layernorm.h: lesson05_forward,
 // lesson05_backward), and small batches: the backward of at most 1 MiB of x (lesson 03's cooperative
 // kernels, their grid barrier and set-up, were slower there), the forward of one wave of rows (forward_kernel
-// loads the weight and bias with the row there) and of short rows in many waves (several rows per row group:
-// rmsnorm_common.cuh's forward_short_rows). A kernel asked for by name keeps lesson 03's, and so does
-// double, which no benchmark times.
+// loads the weight and bias with the row there), of short rows in many waves (several rows per row group:
+// rmsnorm_common.cuh's forward_short_rows) and of 2-byte rows of 4096 and 8192 (layernorm.h). A kernel asked
+// for by name keeps lesson 03's, and so does double, which no benchmark times.
 //
 //   layernorm_forward_wide             rmsnorm::launch_forward<T, Norm::kLayer, false>
 //   layernorm_forward_one_wave         whether its grid for rows in registers is one wave (small batches)

@@ -365,13 +365,26 @@ def test_column_sums_are_deterministic_and_correct(ext, dtype, shape, kernel):
 @needs_gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64], ids=str)
 @pytest.mark.parametrize(
-    "shape", [(256, 4096), (1000, 1024), (7, 4097), (5000, 256), (3, 2, 8192), (20001, 256), (16385, 1024)], ids=str
+    "shape",
+    [
+        (256, 4096),
+        (1000, 1024),
+        (7, 4097),
+        (5000, 256),
+        (3, 2, 8192),
+        (20001, 256),
+        (16385, 1024),
+        (3000, 4096),
+        (700, 8192),
+    ],
+    ids=str,
 )
 def test_pipelined_forward_gives_the_same_bits(ext, dtype, shape):
     """The pipelined forward brings the rows through shared memory (cp.async, a persistent grid) instead of
     straight into registers and does the same arithmetic in the same order: the same bits. The default
     ("auto") picks one of the two, or lesson 05's forward_kernel (one-wave batches; short rows in many waves,
-    20001x256 and 16385x1024, several rows per row group), which sums in the same order: those bits too."""
+    20001x256 and 16385x1024, several rows per row group; 2-byte rows of 4096 and 8192 in many waves,
+    3000x4096 and 700x8192), which sums in the same order: those bits too."""
     x, w, b = inputs(shape, dtype, "cuda")
     want = ext.forward(x, w, b, EPS, 3, "registers")
     for kernel in ("pipelined", "auto"):
