@@ -153,6 +153,18 @@ template <typename T, Norm kNorm, int kVec, int kPacks, bool kFew>
 constexpr bool kEarlyParams =
     kVec > 1 && (sizeof(T) == 4 || kFew) &&
     kPacks * kVec * int(sizeof(T)) * (kNorm == Norm::kLayer ? 2 : 1) <= RMSNORM_FWD_EARLY_BYTES;
+// Float LayerNorm's weight and bias do not fit early (128 bytes a thread at 16 values); in a one-wave grid
+// (kFew) all their packs are loaded right after the sums, before the first store. Before, the compiler issued
+// them one pack at a time beside each pack's store: four trips to memory after the sums where one does. H100
+// kernel time (torch.profiler, L2 flushed; results/h100/layernorm_forward_routing_2026-11-27.md): 1 x 4096
+// 4.21 -> 2.96 us, 64 x 4096 4.64 -> 3.37, 1 x 1024 4.22 -> 2.88, 16 x 16384 5.59 -> 4.85 (Liger's Triton
+// kernel 2.36, 3.01, 1.93, 4.45), the same bits. RMSNORM_FWD_FLOAT_FEW 0: as before (for the A/B).
+#ifndef RMSNORM_FWD_FLOAT_FEW
+#define RMSNORM_FWD_FLOAT_FEW 1
+#endif
+template <typename T, Norm kNorm, int kVec, int kPacks>
+constexpr bool kLateParams = RMSNORM_FWD_FLOAT_FEW && kVec > 1 && sizeof(T) == 4 && kNorm == Norm::kLayer
+                             && kPacks * kVec == 16 && !kEarlyParams<T, kNorm, kVec, kPacks, true>;
 template <typename T, Norm kNorm, bool kAdd, int kVec, int kPacks, bool kFew = false, int kRows = 1>
 __global__ __launch_bounds__(1024) void forward_kernel(const T* __restrict__ x, const T* __restrict__ res,
                                                        const T* __restrict__ w, const T* __restrict__ b,
@@ -178,10 +190,12 @@ __global__ __launch_bounds__(1024) void forward_kernel(const T* __restrict__ x, 
   // (kernel time by torch.profiler, L2 flushed; results/h100/norm_small_forward_2026-11-27.md). Several rows
   // per group (kRows > 1) always load them early: once for all the rows.
   constexpr bool kEarly = kRows > 1 || kEarlyParams<T, kNorm, kVec, kPacks, kFew>;
-  Raw<T, kVec> wv[kEarly ? kPacks : 1], bv[kEarly && kNorm == Norm::kLayer ? kPacks : 1];
+  constexpr bool kLate = kFew && !kEarly;  // kLateParams: every pack after the sums, before the stores
+  constexpr bool kAll = kEarly || kLate;   // every pack of the parameters in registers at once
+  Raw<T, kVec> wv[kAll ? kPacks : 1], bv[kAll && kNorm == Norm::kLayer ? kPacks : 1];
   const auto load_params = [&](int p, int j) {
-    wv[kEarly ? p : 0].load(w + j);
-    if constexpr (kNorm == Norm::kLayer) bv[kEarly ? p : 0].load(b + j);
+    wv[kAll ? p : 0].load(w + j);
+    if constexpr (kNorm == Norm::kLayer) bv[kAll ? p : 0].load(b + j);
   };
 #pragma unroll
   for (int p = 0; p < kPacks; ++p) {
@@ -224,12 +238,16 @@ __global__ __launch_bounds__(1024) void forward_kernel(const T* __restrict__ x, 
     for (int r = 0; r < kRows; ++r) rs[r] = rsqrt_acc(s[r] / N + eps);
   }
   if (row0 >= M) return;
+  if constexpr (kLate)
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p)
+      if ((threadIdx.x + p * blockDim.x) * kVec < N) load_params(p, (threadIdx.x + p * blockDim.x) * kVec);
 #pragma unroll
   for (int p = 0; p < kPacks; ++p) {
     const int j = (threadIdx.x + p * blockDim.x) * kVec;
     if (j < N) {
-      if constexpr (!kEarly) load_params(p, j);
-      const int q = kEarly ? p : 0;
+      if constexpr (!kAll) load_params(p, j);
+      const int q = kAll ? p : 0;
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         if (row0 + r >= M) break;
@@ -1179,8 +1197,10 @@ bool launch_forward_rows(const T* x, const T* res, const T* w, const T* b, T* y,
   if (block.x == 0) return false;
   const dim3 grid(unsigned(ceil_div<int64_t>(M, int64_t(block.y) * kRows)));
   // kFew where it makes a different kernel; not for the fused add, whose small batches were not measured
-  constexpr bool kCanFew = kRows == 1 && !kAdd && kEarlyParams<T, kNorm, kVec, kPacks, true> &&
-                           !kEarlyParams<T, kNorm, kVec, kPacks, false>;
+  constexpr bool kCanFew =
+      kRows == 1 && !kAdd &&
+      ((kEarlyParams<T, kNorm, kVec, kPacks, true> && !kEarlyParams<T, kNorm, kVec, kPacks, false>) ||
+       kLateParams<T, kNorm, kVec, kPacks>);
   if (kCanFew && forward_one_wave<kVec, kPacks>(M, N))
     forward_kernel<T, kNorm, kAdd, kVec, kPacks, kCanFew>
         <<<grid, block, 0, stream>>>(x, res, w, b, y, h, mean, rstd, M, N, eps);
