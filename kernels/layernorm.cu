@@ -34,7 +34,7 @@
 // bulk copies) is in layernorm.hopper.cu, explained in notebooks/03b_layernorm_hopper.ipynb; the default
 // choice, kAuto (layernorm_choices.h), runs it where it is faster, and sends rows longer than 8192 and small
 // batches (forward: one wave of rows; backward: at most 1 MiB of x), and the forward of short rows in many
-// waves and of 2-byte rows of 8192, to lesson 05's norm kernels (layernorm.wide.cu).
+// waves and of 2-byte rows of 4096 and 8192, to lesson 05's norm kernels (layernorm.wide.cu).
 #include "layernorm_common.cuh"
 
 using namespace layernorm;

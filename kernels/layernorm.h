@@ -49,13 +49,13 @@ void layernorm_backward_v2(const T* grad_y, const T* x, const Acc<T>* mean, cons
 // Lesson 05's norm kernels (rmsnorm_common.cuh, Norm::kLayer; layernorm.wide.cu), which layernorm_forward_v3
 // and layernorm_backward_v2 run for float, half and bf16 when `kernel` is kAuto:
 // - forward: rows longer than kWideFrom, and 2-byte vectorizable rows longer than LAYERNORM_WIDE_FWD_FROM
-//   (4096: rows of 8192), which lesson 05's forward_kernel holds in registers as forward v3 does, the same
-//   sums in the same order (the same bits; its blocks and its loads of the weight and bias differ). bf16,
-//   H100, A/Bs in one process (2026-11-27, three hosts, % of a copy;
-//   results/h100/layernorm_forward_routing_2026-11-27.md): 2048x8192 89.1 / 92.2 / 90.6 -> 97.2 / 95.3 / 94.3
-//   %, 8192x8192 94.8 / 95.8 -> 97.0 / 97.4 %. Rows of 4096 stay: 92.3 -> 96.3 and 93.6 -> 93.9 % in two
-//   A/Bs, but the pipelined kernel 1.4 points ahead and 0.9 behind in notebook 03b's two runs. float32 stays
-//   too: 0.95-1.04x (512x8192 lost 4-5 % in two runs of three);
+//   (2048: rows of 4096 and 8192), which lesson 05's forward_kernel holds in registers as forward v3 does,
+//   the same sums in the same order (the same bits; its blocks and its loads of the weight and bias differ).
+//   bf16, H100, A/Bs in one process (2026-11-27, three hosts, % of a copy;
+//   results/h100/layernorm_forward_routing_2026-11-27.md): 2048x8192 89.1 / 92.2 / 90.6 -> 97.2 / 95.4 / 94.3
+//   %, 8192x8192 94.8 / 95.8 -> 97.7 / 97.4 %; 4096x4096 within the spread (92.3 -> 96.3 and 93.6 -> 93.9 %
+//   in two A/Bs; in notebook 03b's four runs from 1.4 points behind the pipelined kernel to 1.4 ahead).
+//   float32 stays: 0.95-1.04x (512x8192 lost 4-5 % in two runs of three);
 // - backward: rows longer than kWideFrom, except 2-byte rows shorter than 16384, which stay with lesson 03's
 //   kernels (its bulk-copy kernel: 79-84 % of a copy at N <= 8192); at bf16 1024x16384 lesson 03's
 //   measured 62.0 %, lesson 05's backward_bulk_kernel 76.1 % once its exchange stopped waiting for the row's
@@ -87,8 +87,8 @@ bool layernorm_forward_one_wave(int64_t M, int N);
 template <typename T>
 bool layernorm_forward_short_rows(int64_t M, int N);
 #ifndef LAYERNORM_WIDE_FWD_FROM
-#define LAYERNORM_WIDE_FWD_FROM \
-  2048  // 0: every vectorizable row (not better at 2048 and below, and noisy there)
+// (0: every vectorizable 2-byte row; not better at 2048 and below)
+#define LAYERNORM_WIDE_FWD_FROM 2048
 #endif
 template <typename T>
 bool lesson05_forward(int64_t M, int N, bool vec, bool automatic) {

@@ -15,7 +15,7 @@
 // lesson05_backward), and small batches: the backward of at most 1 MiB of x (lesson 03's cooperative
 // kernels, their grid barrier and set-up, were slower there), the forward of one wave of rows (forward_kernel
 // loads the weight and bias with the row there), of short rows in many waves (several rows per row group:
-// rmsnorm_common.cuh's forward_short_rows) and of 2-byte rows of 8192 (layernorm.h). A kernel asked
+// rmsnorm_common.cuh's forward_short_rows) and of 2-byte rows of 4096 and 8192 (layernorm.h). A kernel asked
 // for by name keeps lesson 03's, and so does double, which no benchmark times.
 //
 //   layernorm_forward_wide             rmsnorm::launch_forward<T, Norm::kLayer, false>

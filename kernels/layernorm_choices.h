@@ -10,7 +10,7 @@
 // Forward v3 (layernorm.cu; the pipelined kernel is in layernorm.hopper.cu).
 enum class ForwardKernel {
   kAuto,       // kPipelined on sm_90+ for half/bf16 where the grid does at most 4 rounds, else kRegisters;
-               // rows longer than 8192 (2-byte vectorizable ones: from 8192), batches of one wave and short
+               // rows longer than 8192 (2-byte vectorizable ones: from 4096), batches of one wave and short
                // rows in many waves: lesson 05's kernels (layernorm.wide.cu, layernorm.h: lesson05_forward)
   kRegisters,  // forward_v3_kernel: one row per row group, loaded straight into registers
   kPipelined,  // forward_v3_pipelined_kernel: a persistent grid, the next row copied to shared memory by

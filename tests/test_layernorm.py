@@ -383,8 +383,8 @@ def test_pipelined_forward_gives_the_same_bits(ext, dtype, shape):
     """The pipelined forward brings the rows through shared memory (cp.async, a persistent grid) instead of
     straight into registers and does the same arithmetic in the same order: the same bits. The default
     ("auto") picks one of the two, or lesson 05's forward_kernel (one-wave batches; short rows in many waves,
-    20001x256 and 16385x1024, several rows per row group; 2-byte rows of 8192 in many waves, 700x8192), which
-    sums in the same order: those bits too."""
+    20001x256 and 16385x1024, several rows per row group; 2-byte rows of 4096 and 8192 in many waves,
+    3000x4096 and 700x8192), which sums in the same order: those bits too."""
     x, w, b = inputs(shape, dtype, "cuda")
     want = ext.forward(x, w, b, EPS, 3, "registers")
     for kernel in ("pipelined", "auto"):
