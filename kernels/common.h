@@ -153,45 +153,79 @@ __device__ __forceinline__ void allow_next_grid() {
 
 // The end of a deterministic column reduction, run by every block after grid.sync(): Q columns, column q
 // being the P partial sums start(q)[0], start(q)[stride], start(q)[2 * stride], ... written by the grid.
-// The columns are split evenly over the `blocks` blocks (this is block `block`); within a block, S
-// segments of threads take partial rows seg, seg + S, ... of each of its columns (eight loads in flight,
-// added in row order), then the S segment sums are added in order. The split depends only on Q, P,
-// the grid and the block size, never on timing: the same bits on every run. store(q, sum) writes a
-// result; `scratch` (shared) holds at least one value per thread. Loads use __ldcg (L2): other SMs wrote
-// the partials.
-template <typename acc_t, typename Start, typename Store>
+// The columns are split evenly over the `blocks` blocks (this is block `block`) in groups of kCols
+// adjacent columns; within a block, S segments of threads take partial rows seg, seg + S, ... of each of
+// its groups (eight loads in flight, added in row order), then the S segment sums are added in order. The
+// split depends only on Q, P, the grid and the block size, never on timing: the same bits on every run.
+// store(q, sum) writes a result; `scratch` (shared) holds at least kCols values per thread. Loads use
+// __ldcg (L2): other SMs wrote the partials.
+// kCols = 4 (float sums only): Q a multiple of 4, start(q) 16-byte aligned where q % 4 == 0 and the four
+// columns from there contiguous. One 16-byte load brings four columns of a partial row, and S is capped so
+// that a thread has at most eight rows: one trip to L2 per thread, where one column per thread took two
+// (bf16 2048 x 8192 LayerNorm: 16 partial rows per thread).
+template <int kCols = 1, typename acc_t, typename Start, typename Store>
 __device__ void add_columns_in_order(int64_t Q, int64_t block, int64_t blocks, int P, int64_t stride,
                                      Start start, Store store, acc_t* scratch) {
+  static_assert(kCols == 1 || (kCols == 4 && sizeof(acc_t) == 4), "kCols: 1, or 4 float columns");
+  using V = Pack<acc_t, kCols>;
   const int threads = blockDim.x * blockDim.y, t = threadIdx.y * blockDim.x + threadIdx.x;
-  const int64_t q0 = block * Q / blocks;
-  const int qn = int((block + 1) * Q / blocks - q0);  // this block's columns
-  if (qn == 0) return;                                // the same for the whole block
-  const int S = max(1, min(P, threads / qn));
-  for (int i = t; i < S * qn; i += threads) {
-    const int seg = i / qn;
-    const int64_t q = q0 + i % qn;
+  const int64_t groups = Q / kCols, g0 = block * groups / blocks;
+  const int gn = int((block + 1) * groups / blocks - g0);  // this block's groups of kCols columns
+  if (gn == 0) return;                                     // the same for the whole block
+  int S = max(1, min(P, threads / gn));
+  if (kCols > 1) S = max(1, min(S, (P + 7) / 8));  // at most eight rows a thread: one batch of loads
+  const auto load = [&](const acc_t* p) {
+    if constexpr (kCols == 1) {
+      return V{{__ldcg(p)}};
+    } else {
+      const float4 f = __ldcg(reinterpret_cast<const float4*>(p));
+      return V{{f.x, f.y, f.z, f.w}};
+    }
+  };
+  for (int i = t; i < S * gn; i += threads) {
+    const int seg = i / gn;
+    const int64_t q = (g0 + i % gn) * kCols;
     const acc_t* src = start(q);
-    acc_t sum = 0;
+    acc_t sum[kCols] = {};
     int p = seg;
     for (; p + 7 * S < P; p += 8 * S) {
-      acc_t v[8];
+      V v[8];
 #pragma unroll
-      for (int k = 0; k < 8; ++k) v[k] = __ldcg(src + int64_t(p + k * S) * stride);
+      for (int k = 0; k < 8; ++k) v[k] = load(src + int64_t(p + k * S) * stride);
 #pragma unroll
-      for (int k = 0; k < 8; ++k) sum += v[k];
+      for (int k = 0; k < 8; ++k)
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) sum[c] += v[k].v[c];
     }
-    for (; p < P; p += S) sum += __ldcg(src + int64_t(p) * stride);
-    if (S == 1)
-      store(q, sum);
-    else
-      scratch[i] = sum;  // S * qn <= threads: one pass of the loop
+    if constexpr (kCols == 1) {
+      for (; p < P; p += S) sum[0] += __ldcg(src + int64_t(p) * stride);
+    } else if (p < P) {  // the last rows (fewer than eight), all in flight at once
+      V v[7];
+#pragma unroll
+      for (int k = 0; k < 7; ++k) v[k] = p + k * S < P ? load(src + int64_t(p + k * S) * stride) : V{};
+#pragma unroll
+      for (int k = 0; k < 7; ++k)
+        if (p + k * S < P)
+#pragma unroll
+          for (int c = 0; c < kCols; ++c) sum[c] += v[k].v[c];
+    }
+    if (S == 1) {
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) store(q + c, sum[c]);
+    } else {
+      V out;  // S * gn <= threads: one pass of the loop
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) out.v[c] = sum[c];
+      reinterpret_cast<V*>(scratch)[i] = out;
+    }
   }
   if (S == 1) return;
   __syncthreads();
-  for (int i = t; i < qn; i += threads) {
+  const int cols = gn * kCols;  // segment seg's sums are scratch[seg * cols, (seg + 1) * cols)
+  for (int i = t; i < cols; i += threads) {
     acc_t sum = 0;
-    for (int seg = 0; seg < S; ++seg) sum += scratch[seg * qn + i];
-    store(q0 + i, sum);
+    for (int seg = 0; seg < S; ++seg) sum += scratch[seg * cols + i];
+    store(g0 * kCols + i, sum);
   }
 }
 

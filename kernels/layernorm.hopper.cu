@@ -25,6 +25,11 @@
 //                 round's column sums and partial row first, then arrive at the grid barrier
 //                 (barrier_arrive), compute that round's grad_x, and only then wait (barrier_wait): the
 //                 barrier's latency hides behind the work.
+//   both bulk kernels, clustered   the same kernels launched in thread block clusters of 2 where a block's
+//                 partial row is large (LayerNorm's 64 KB at 8192 columns): the pair adds its column sums
+//                 through distributed shared memory, so the grid writes and reads back half the partial
+//                 rows (plan_backward_bulk, layernorm_bulk.cuh). The sums after the barrier read four
+//                 columns per 16-byte load (add_columns_in_order<4>).
 //   plan_backward_tuned, launch_backward_tuned: the plans and launches of the three backward kernels.
 #include <cooperative_groups.h>
 
@@ -194,8 +199,8 @@ void launch_backward_tuned(const BackwardPlan& plan, const T* dy, const T* x, co
                            int N, cudaStream_t stream) {
   constexpr int V = kPack16<T>;
   const auto run = [&](auto kernel) {  // cooperative: every block resident at once
-    launch(kernel, dim3(plan.blocks), plan.block, plan.smem, stream, {true, false}, dy, x, mean, rstd, w, dx,
-           partials, dw, db, M, N);
+    launch(kernel, dim3(plan.blocks), plan.block, plan.smem, stream, {true, false, plan.cluster}, dy, x, mean,
+           rstd, w, dx, partials, dw, db, M, N);
   };
   if (plan.kind == 4 && plan.early) run(backward_v2_bulk_kernel<T, V, true>);
   if (plan.kind == 4 && !plan.early) run(backward_v2_bulk_kernel<T, V, false>);

@@ -5,6 +5,8 @@
 //   finish_column_sums       the end of a one-kernel backward: the K x N column sums from the blocks' partial
 //                            rows, in a fixed order, after the grid barrier
 //   backward_v2_bulk_kernel  rows by bulk copy into a ring of 4 shared-memory buffers, a cooperative grid
+//                            (in clusters of 2 blocks where a block's partial row is large: the pair adds
+//                            its sums through distributed shared memory, half the partial rows)
 //   plan_backward_bulk       its plan (sm_90+, float/half/bf16, rows of at most 1024 16-byte packs)
 #pragma once
 
@@ -15,14 +17,16 @@
 
 namespace layernorm {
 
-// The end of a one-kernel backward v2: grad_weight and grad_bias from the [2][G][N] partial sums of the
-// G = gridDim.x blocks (common.h's add_columns_in_order: 2N columns, grad_weight's then grad_bias's, each
-// added over the G blocks in a fixed order: the same bits on every run, no float atomics). sums = 1:
-// grad_weight's only (RMSNorm).
-template <typename acc_t, typename T>
+// The end of a one-kernel backward v2: grad_weight and grad_bias from the [2][G][N] partial sums (G rows,
+// gridDim.x by default: one per block), split over the blocks of the grid (common.h's add_columns_in_order:
+// 2N columns, grad_weight's then grad_bias's, each added over the G rows in a fixed order: the same bits on
+// every run, no float atomics). sums = 1: grad_weight's only (RMSNorm). kCols = 4: four columns per 16-byte
+// load (N a multiple of 4, partials 16-byte aligned).
+template <int kCols = 1, typename acc_t, typename T>
 __device__ __forceinline__ void finish_column_sums(const acc_t* partials, int N, T* __restrict__ dw,
-                                                   T* __restrict__ db, acc_t* scratch, int sums = 2) {
-  const int G = gridDim.x;
+                                                   T* __restrict__ db, acc_t* scratch, int sums = 2,
+                                                   int G = 0) {
+  if (G == 0) G = gridDim.x;
   const auto start = [&](int64_t q) { return q < N ? partials + q : partials + int64_t(G) * N + (q - N); };
   const auto store = [&](int64_t q, acc_t v) {
     if (q < N)
@@ -30,7 +34,7 @@ __device__ __forceinline__ void finish_column_sums(const acc_t* partials, int N,
     else
       db[q - N] = from_acc<T>(v);
   };
-  add_columns_in_order(sums * int64_t(N), blockIdx.x, G, G, N, start, store, scratch);
+  add_columns_in_order<kCols>(sums * int64_t(N), blockIdx.x, gridDim.x, G, N, start, store, scratch);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -52,11 +56,33 @@ __device__ __forceinline__ void finish_column_sums(const acc_t* partials, int N,
 
 constexpr int kBulkBuffers = 4;  // rounds in flight: 3 (3 and 6 buffers were slower)
 
+#ifndef LAYERNORM_BULK_SUM_COLS
+#define LAYERNORM_BULK_SUM_COLS 4
+#endif
+// The column sums at the end four float columns per 16-byte load (add_columns_in_order's kCols); the ring,
+// their scratch, holds far more than four floats per thread. 1: one column per thread, as before.
+constexpr int kBulkSumCols = LAYERNORM_BULK_SUM_COLS;
+
+// Blocks per thread block cluster of backward_v2_bulk_kernel (plan_backward_bulk) where a block's row of
+// partial sums has at least LAYERNORM_BULK_CLUSTER_FROM bytes: the blocks of a cluster add their column sums
+// through distributed shared memory before they are written, so the grid writes, and then reads back from
+// L2, half the partial rows. On the H100 that paid for LayerNorm's 64 KB rows (two sums of 8192 columns):
+// bf16 512 x 8192 25.4 -> 22.9 us, 2048 x 8192 50.8 -> 49.3 us (8192 x 8192: 1.9 % slower). With RMSNorm's
+// rows and LayerNorm's shorter ones, clusters of 2 were 1-3 % slower and clusters of 4 within 1.5 % either
+// way (results/h100/norm_bulk_finish_2026-11-27.md). 1: no clusters.
+#ifndef LAYERNORM_BULK_CLUSTER
+#define LAYERNORM_BULK_CLUSTER 2
+#endif
+#ifndef LAYERNORM_BULK_CLUSTER_FROM
+#define LAYERNORM_BULK_CLUSTER_FROM 65536
+#endif
+
 // Shared memory of backward_v2_bulk_kernel: [reduction buffers | mbarriers | mean, rstd | row buffers].
 template <typename T>
 struct BulkLayout {
   int R, N;
   bool early = false;  // kEarly: room to add the groups' column sums while a round is still in the ring
+  int cluster = 1;     // clusters of this many blocks: kEarly needs room for the block's [2][N] column sums
   __host__ __device__ size_t stage_bytes() const { return 2 * size_t(R) * N * sizeof(T); }  // x, grad_y
   __host__ __device__ size_t bars() const { return 2 * 32 * 2 * sizeof(Acc<T>); }
   __host__ __device__ size_t stats() const { return bars() + 8 * size_t(kBulkBuffers); }
@@ -68,9 +94,11 @@ struct BulkLayout {
     const size_t ending = 2 * size_t(R) * N * sizeof(Acc<T>);  // the groups' column sums, at the end
     return buffers() + (ring > ending ? ring : ending);
   }
-  __host__ __device__ size_t exchange() const { return total(); }  // kEarly: [R - 1][2][N] column sums
+  // kEarly: [max(R - 1, 1 if clustered)][2][N] column sums
+  __host__ __device__ size_t exchange() const { return total(); }
   __host__ __device__ size_t total_bytes() const {
-    return total() + (early ? 2 * size_t(R - 1) * N * sizeof(Acc<T>) : 0);
+    const size_t slots = R > 1 ? R - 1 : (cluster > 1 ? 1 : 0);
+    return total() + (early ? 2 * slots * N * sizeof(Acc<T>) : 0);
   }
 };
 
@@ -91,6 +119,7 @@ __global__ __launch_bounds__(1024) void backward_v2_bulk_kernel(
   extern __shared__ float4 smem_[];
   char* base = reinterpret_cast<char*>(smem_);
   const int R = blockDim.y, packs = N / kVec, c = threadIdx.x;
+  const unsigned C = cooperative_groups::this_cluster().num_blocks();  // blocks per cluster (1: none)
   const BulkLayout<T> L{R, N, kEarly};
   acc_t* red = reinterpret_cast<acc_t*>(base);  // [2][32 warps][2]
   uint64_t* bars = reinterpret_cast<uint64_t*>(base + L.bars());
@@ -184,8 +213,11 @@ __global__ __launch_bounds__(1024) void backward_v2_bulk_kernel(
   const auto put4 = [](float4* to, const acc_t* v) { *to = make_float4(v[0], v[1], v[2], v[3]); };
   const auto add4 = [](acc_t* v, float4 a) { v[0] += a.x, v[1] += a.y, v[2] += a.z, v[3] += a.w; };
   // Group 0 adds the other groups' column sums (left in `from` as [R - 1][2][N]) to its own in group
-  // order and writes the block's row of partial sums, all in 16-byte accesses.
-  const auto write_row = [&](const acc_t* from) {
+  // order and writes the block's row of partial sums, all in 16-byte accesses. In a cluster of C > 1
+  // blocks, group 0 leaves the block's sums in `from`'s first [2][N] instead (each thread over the columns
+  // it has just read), and after the cluster's barrier block `rank` adds slice `rank` of the columns over
+  // the C blocks' shared memory, in rank order, and writes it to the cluster's partial row: G / C rows.
+  const auto write_row = [&](acc_t* from) {
     if (threadIdx.y == 0 && c < packs) {
       for (int r = 1; r < R; ++r) {
         const float4* f = reinterpret_cast<const float4*>(from + (r - 1) * 2 * N + c * kVec);
@@ -195,13 +227,32 @@ __global__ __launch_bounds__(1024) void backward_v2_bulk_kernel(
           if constexpr (!kRms) add4(ab + j, f[(N + j) / 4]);
         }
       }
-      float4* pw = reinterpret_cast<float4*>(partials + blockIdx.x * int64_t(N) + c * kVec);
-      float4* pb = reinterpret_cast<float4*>(partials + (gridDim.x + blockIdx.x) * int64_t(N) + c * kVec);
+      const bool own = C == 1;  // else the block's sums go to shared memory, the cluster writes the row
+      float4* pw = reinterpret_cast<float4*>((own ? partials + blockIdx.x * int64_t(N) : from) + c * kVec);
+      float4* pb = reinterpret_cast<float4*>(
+          (own ? partials + (gridDim.x + blockIdx.x) * int64_t(N) : from + N) + c * kVec);
 #pragma unroll
       for (int j = 0; j < kVec; j += 4) {
         put4(pw + j / 4, aw + j);
         if constexpr (!kRms) put4(pb + j / 4, ab + j);
       }
+    }
+    if (C > 1) {
+      auto cluster = cooperative_groups::this_cluster();
+      cluster.sync();  // every block's sums are in its shared memory
+      const unsigned rank = cluster.block_rank();
+      const int64_t G = gridDim.x / C, row = blockIdx.x / C;
+      const int quads = (kRms ? 1 : 2) * N / 4, q0 = int(rank * quads / C), q1 = int((rank + 1) * quads / C);
+      for (int i = q0 + threadIdx.y * blockDim.x + c; i < q1; i += blockDim.x * blockDim.y) {
+        acc_t sum[4] = {0, 0, 0, 0};
+        for (unsigned b = 0; b < C; ++b)
+          add4(sum, cluster.map_shared_rank(reinterpret_cast<float4*>(from), b)[i]);
+        const int q = 4 * i;  // column q of grad_weight's N, then grad_bias's
+        put4(reinterpret_cast<float4*>(q < N ? partials + row * N + q : partials + (G + row) * N + (q - N)),
+             sum);
+      }
+      // No second cluster barrier: a block reads the others' shared memory before it arrives at the grid
+      // barrier, and none leaves or reuses `from` before every block has arrived there.
     }
   };
   const auto leave_sums = [&](acc_t* to) {  // groups 1..R-1
@@ -272,15 +323,16 @@ __global__ __launch_bounds__(1024) void backward_v2_bulk_kernel(
     // now), group 0 adds them to its own in group order and writes the row. Thread c's kVec columns are
     // contiguous, so one float at a time would hit each bank kVec / 4 times over per warp (8-way for
     // bf16); whole float4s (put4, add4) do not.
+    if (R > 1 || C > 1) __syncthreads();  // (a cluster's row: group 0 writes the ring's start)
     if (R > 1) {
-      __syncthreads();
       leave_sums(acc);
       __syncthreads();
     }
     write_row(acc);
     cooperative_groups::this_grid().sync();
   }
-  finish_column_sums(partials, N, dw, db, acc, kRms ? 1 : 2);
+  finish_column_sums<kBulkSumCols>(partials, N, dw, db, acc, kRms ? 1 : 2,
+                                   int(gridDim.x / C));  // N % 4 == 0: whole packs
 #else
   __trap();  // never launched: the host checks that this kernel was built for sm_90 or newer
 #endif
@@ -314,6 +366,21 @@ BackwardPlan plan_backward_bulk(int64_t M, int N, bool early) {
     plan.blocks = int(ceil_div<int64_t>(M, rows * rounds));
     plan.block = dim3(threads, unsigned(rows));
     plan.smem = smem;
+    // Clusters of C blocks where a block's partial row is large (what they save), the grid has a few of
+    // them, and every cluster fits at once (a cooperative grid), with the grid rounded up to whole clusters:
+    // the same rounds, the extra blocks' rows beyond M.
+    constexpr int C = LAYERNORM_BULK_CLUSTER;
+    const size_t row_bytes = (kRms ? 1 : 2) * size_t(N) * sizeof(Acc<T>);
+    if (C > 1 && row_bytes >= LAYERNORM_BULK_CLUSTER_FROM && plan.blocks >= 4 * C) {
+      const size_t smem_c = BulkLayout<T>{int(rows), N, early, C}.total_bytes();
+      const int64_t blocks_c = ceil_div<int64_t>(plan.blocks, C) * C;
+      if (smem_c <= size_t(device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>()) &&
+          blocks_c <= int64_t(active_clusters(fn, threads * int(rows), smem_c, C)) * C) {
+        plan.blocks = int(blocks_c);
+        plan.smem = smem_c;
+        plan.cluster = C;
+      }
+    }
     plan.kind = 4;
     plan.early = early;
     plan.packs = 1;

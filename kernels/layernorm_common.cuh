@@ -8,7 +8,8 @@
 //   Row, backward_v2_rows   backward v2's loop over a block's rows (grad_x, and the column sums of
 //                           grad_weight and grad_bias in shared memory), ending in the block's partial row
 //   row_threads, vectorizable, BackwardPlan, plan_backward_rows: the host side's sizes
-//   blocks_per_sm, ptx_version  the CUDA runtime's answers about a kernel, asked once per device and kept
+//   blocks_per_sm, active_clusters, ptx_version  the CUDA runtime's answers about a kernel, asked once per
+//                           device and kept
 //   forward_v3_pipelined, plan_backward_tuned, launch_backward_tuned: what layernorm.cu's launchers call in
 //                           layernorm.hopper.cu
 #pragma once
@@ -371,6 +372,7 @@ struct BackwardPlan {
   int packs = 0;       // kind 1: packs of x (and of grad_y) per thread
   bool fuse = false;   // the column sums finished in the kernel (a cooperative launch), no second kernel
   bool early = false;  // kind 4: the last round arrives at the grid barrier before its grad_x
+  int cluster = 1;     // kind 4: blocks per thread block cluster (1: none); blocks / cluster partial rows
   dim3 block;
   int blocks = 0;  // grid size, = rows of partial sums
   size_t smem = 0;
@@ -416,6 +418,42 @@ inline int blocks_per_sm(const void* kernel, int threads, size_t smem) {
   COURSE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem));
   fits->push_back(Fit{device, kernel, threads, smem, blocks});
   return blocks;
+}
+
+// Clusters of `cluster` blocks of `kernel` resident at once on the current device (cached as blocks_per_sm
+// is: the answer never changes, and asking costs microseconds per call).
+inline int active_clusters(const void* kernel, int threads, size_t smem, int cluster) {
+  struct Fit {
+    int device;
+    const void* kernel;
+    int threads;
+    size_t smem;
+    int cluster, clusters;
+  };
+  static std::mutex mutex;
+  static auto* fits = new std::vector<Fit>();
+  if (blocks_per_sm(kernel, threads, smem) == 0) return 0;  // (also raises the kernel's shared memory limit)
+  if (cluster == 1) return blocks_per_sm(kernel, threads, smem) * num_sms();
+  int device = 0;
+  COURSE_CUDA_CHECK(cudaGetDevice(&device));
+  const std::lock_guard<std::mutex> lock(mutex);
+  for (const Fit& f : *fits)
+    if (f.device == device && f.kernel == kernel && f.threads == threads && f.smem == smem &&
+        f.cluster == cluster)
+      return f.clusters;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(unsigned(cluster));
+  config.blockDim = dim3(unsigned(threads));
+  config.dynamicSmemBytes = smem;
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim = {unsigned(cluster), 1, 1};
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  int clusters = 0;
+  COURSE_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
+  fits->push_back(Fit{device, kernel, threads, smem, cluster, clusters});
+  return clusters;
 }
 
 inline int ptx_version(const void* kernel) {

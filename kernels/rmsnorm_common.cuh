@@ -51,6 +51,7 @@
 
 namespace rmsnorm {
 
+using layernorm::active_clusters;
 using layernorm::blocks_per_sm;
 using layernorm::group_sum;
 using layernorm::lane_sum;
@@ -1133,42 +1134,6 @@ inline bool has_clusters() {
 #endif
 }
 
-// Clusters of `cluster` blocks of `kernel` resident at once on the current device (cached as blocks_per_sm
-// is: the answer never changes, and asking costs microseconds per call).
-inline int active_clusters(const void* kernel, int threads, size_t smem, int cluster) {
-  struct Fit {
-    int device;
-    const void* kernel;
-    int threads;
-    size_t smem;
-    int cluster, clusters;
-  };
-  static std::mutex mutex;
-  static auto* fits = new std::vector<Fit>();
-  if (blocks_per_sm(kernel, threads, smem) == 0) return 0;  // (also raises the kernel's shared memory limit)
-  if (cluster == 1) return blocks_per_sm(kernel, threads, smem) * num_sms();
-  int device = 0;
-  COURSE_CUDA_CHECK(cudaGetDevice(&device));
-  const std::lock_guard<std::mutex> lock(mutex);
-  for (const Fit& f : *fits)
-    if (f.device == device && f.kernel == kernel && f.threads == threads && f.smem == smem &&
-        f.cluster == cluster)
-      return f.clusters;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(unsigned(cluster));
-  config.blockDim = dim3(unsigned(threads));
-  config.dynamicSmemBytes = smem;
-  cudaLaunchAttribute attr;
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim = {unsigned(cluster), 1, 1};
-  config.attrs = &attr;
-  config.numAttrs = 1;
-  int clusters = 0;
-  COURSE_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
-  fits->push_back(Fit{device, kernel, threads, smem, cluster, clusters});
-  return clusters;
-}
-
 // forward_kernel's block for rows of N values in kPacks packs of kVec per thread: a row group of whole warps
 // (x: threads per row), y: rows per block, at least 4 warps; x == 0 where a row needs more than 1024 threads.
 template <int kVec, int kPacks>
@@ -1707,7 +1672,7 @@ void launch_backward(const T* dy, const T* dh, const T* x, const Acc<T>* mean, c
       // a cooperative launch, the split grid barrier (kBulkCopySplitBarrier's); the kernel also adds the
       // partial rows (no sum_partials_kernel)
       launch(layernorm::backward_v2_bulk_kernel<T, V, true, true, P>, dim3(unsigned(p.blocks)), p.block,
-             p.smem, stream, {true, false}, dy, x, mean, rstd, w, dx, workspace, dw, db, M, N);
+             p.smem, stream, {true, false, p.cluster}, dy, x, mean, rstd, w, dx, workspace, dw, db, M, N);
       COURSE_LAUNCH_CHECK();
       return;
     }
