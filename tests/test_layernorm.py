@@ -333,14 +333,17 @@ def test_weight_gradient_is_deterministic(ext, shape):
 
 @needs_gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
-@pytest.mark.parametrize("shape", [(4096, 1024), (1000, 4096), (300, 8192), (5, 96), (3000, 8), (7, 4097)], ids=str)
+@pytest.mark.parametrize(
+    "shape", [(4096, 1024), (1000, 4096), (300, 8192), (261, 8192), (9, 8192), (5, 96), (3000, 8), (7, 4097)], ids=str
+)
 @pytest.mark.parametrize("kernel", BACKWARD_KERNELS)
 def test_column_sums_are_deterministic_and_correct(ext, dtype, shape, kernel):
     """Every backward v2 kernel adds grad_weight and grad_bias in a fixed order (per-block partial sums, then
     over the blocks; "cooperative" and the bulk-copy kernels in one kernel after a grid barrier, sm_90+ for
     bulk copies, else "cooperative"): the same bits on every call, and the sums of a float64 reference up
     to rounding. Covers rows that take one block per pair of rows, tiny rows (fewer columns than blocks),
-    and the scalar fallback."""
+    and the scalar fallback; and on an H100 the bulk kernels' clusters of 2 (2-byte rows of 8192): 100
+    blocks for 300 rows, 131 rounded up to 132 for 261 rows, 9 rounded up to 10 for 9 rows (a block with none)."""
     x, w, b = inputs(shape, dtype, "cuda")
     gy = torch.randn(shape, generator=torch.Generator().manual_seed(3)).to(device="cuda", dtype=dtype)
     _, mean, rstd = ext.forward(x, w, b)
