@@ -191,8 +191,9 @@ __global__ __launch_bounds__(1024) void forward_kernel(const T* __restrict__ x, 
   // (kernel time by torch.profiler, L2 flushed; results/h100/norm_small_forward_2026-11-27.md). Several rows
   // per group (kRows > 1) always load them early: once for all the rows.
   constexpr bool kEarly = kRows > 1 || kEarlyParams<T, kNorm, kVec, kPacks, kFew>;
-  constexpr bool kLate = kFew && !kEarly;  // kLateParams: every pack after the sums, before the stores
-  constexpr bool kAll = kEarly || kLate;   // every pack of the parameters in registers at once
+  constexpr bool kLate =
+      kFew && kLateParams<T, kNorm, kVec, kPacks>;  // every pack after the sums, before the stores
+  constexpr bool kAll = kEarly || kLate;            // every pack of the parameters in registers at once
   Raw<T, kVec> wv[kAll ? kPacks : 1], bv[kAll && kNorm == Norm::kLayer ? kPacks : 1];
   const auto load_params = [&](int p, int j) {
     wv[kAll ? p : 0].load(w + j);
