@@ -33,6 +33,8 @@
 //                             the partial column sums by column tiles (x and grad_y read twice)
 //   sum_partials_kernel       adds the partial rows in a fixed order (the same bits on every run), launched
 //                             with PDL after the kernel that writes them
+//   kPdlMain                  forward_kernel and the two bulk kernels launch with PDL and wait for the kernel
+//                             before them first: in a stream their launch overlaps that kernel's end
 //   launch_forward (plan_forward_bulk), plan_backward (plan_rounds: lesson 03's bulk-copy kernel,
 //                             layernorm_bulk.cuh; plan_rows, plan_bulk), launch_backward: the host side
 //
@@ -178,6 +180,7 @@ __global__ __launch_bounds__(1024) void forward_kernel(const T* __restrict__ x, 
   // before the first sum, so that a thread has 64 bytes in flight rather than 16 or 32, and the weight's
   // packs, loaded once, serve every row.
   const int64_t row0 = (blockIdx.x * int64_t(blockDim.y) + threadIdx.y) * kRows;
+  wait_for_previous_grid();  // (PDL) the kernel before this one is done: its outputs may be read
   Raw<T, kVec> v[kRows][kPacks];
   acc_t s[kRows] = {};
   // The weight's (and bias's) packs: for float rows where they fit in registers beside the row (kEarly),
@@ -387,6 +390,7 @@ __device__ __forceinline__ void start_ring(uint64_t* bars, int stages, uint64_t*
     cooperative_groups::this_cluster().sync();
   else
     __syncthreads();
+  wait_for_previous_grid();  // (PDL) the kernel before this one is done: its outputs may be read
   if (threadIdx.x == 0)
     for (int s = 0; s < first && s < stages && s < rows; ++s) fetch(s, s);
 }
@@ -1135,6 +1139,19 @@ inline bool has_clusters() {
 #endif
 }
 
+// The main kernels (forward_kernel, forward_bulk_kernel, backward_bulk_kernel) launch with PDL (common.h) and
+// wait for the kernel before them (wait_for_previous_grid) before they touch global memory: in a stream of
+// kernels, as in a training step, their launch and set-up (barriers, the cluster's sync) overlap the end of
+// the kernel before. H100, back-to-back calls timed by events around 20 of them (results/h100/
+// norm_pdl_2026-11-27.md): bf16 512 x 32768 backward 77.9 -> 81.0 % of a copy (LayerNorm), forward 88.4 ->
+// 92.8 %; rows in registers 96.7 -> 102.4 % (RMSNorm bf16 2048 x 8192). A call timed alone after an L2 flush
+// (do_bench) does not change. RMSNORM_NO_PDL_MAIN (build time) or COURSE_NO_PDL=1 (run time): off.
+#ifdef RMSNORM_NO_PDL_MAIN
+constexpr bool kPdlMain = false;
+#else
+constexpr bool kPdlMain = true;
+#endif
+
 // forward_kernel's block for rows of N values in kPacks packs of kVec per thread: a row group of whole warps
 // (x: threads per row), y: rows per block, at least 4 warps; x == 0 where a row needs more than 1024 threads.
 template <int kVec, int kPacks>
@@ -1168,11 +1185,11 @@ bool launch_forward_rows(const T* x, const T* res, const T* w, const T* b, T* y,
       ((kEarlyParams<T, kNorm, kVec, kPacks, true> && !kEarlyParams<T, kNorm, kVec, kPacks, false>) ||
        kLateParams<T, kNorm, kVec, kPacks>);
   if (kCanFew && forward_one_wave<kVec, kPacks>(M, N))
-    forward_kernel<T, kNorm, kAdd, kVec, kPacks, kCanFew>
-        <<<grid, block, 0, stream>>>(x, res, w, b, y, h, mean, rstd, M, N, eps);
+    launch(forward_kernel<T, kNorm, kAdd, kVec, kPacks, kCanFew>, grid, block, 0, stream,
+           {false, kPdlMain, 1}, x, res, w, b, y, h, mean, rstd, M, N, eps);
   else
-    forward_kernel<T, kNorm, kAdd, kVec, kPacks, false, kRows>
-        <<<grid, block, 0, stream>>>(x, res, w, b, y, h, mean, rstd, M, N, eps);
+    launch(forward_kernel<T, kNorm, kAdd, kVec, kPacks, false, kRows>, grid, block, 0, stream,
+           {false, kPdlMain, 1}, x, res, w, b, y, h, mean, rstd, M, N, eps);
   COURSE_LAUNCH_CHECK();
   return true;
 }
@@ -1367,8 +1384,9 @@ bool launch_forward_bulk(const T* x, const T* res, const T* w, const T* b, T* y,
         (kAdd || M < RMSNORM_FWD_BULK_2BYTE_ROUNDS * plan.clusters))
       return false;
     launch(forward_bulk<T, kNorm, kAdd>(plan.packs), dim3(unsigned(plan.clusters * plan.cluster)),
-           dim3(kFwdBulkThreads), plan.smem, stream, {false, false, plan.cluster}, x, res, w, b, y, h, mean,
-           rstd, M, N, eps, plan.stages, plan.stages >= RMSNORM_BULK_PIPE_FROM, first_rows(plan.stages));
+           dim3(kFwdBulkThreads), plan.smem, stream, {false, kPdlMain, plan.cluster}, x, res, w, b, y, h,
+           mean, rstd, M, N, eps, plan.stages, plan.stages >= RMSNORM_BULK_PIPE_FROM,
+           first_rows(plan.stages));
     COURSE_LAUNCH_CHECK();
     return true;
   }
@@ -1680,7 +1698,7 @@ void launch_backward(const T* dy, const T* dh, const T* x, const Acc<T>* mean, c
   } else if (plan.kind == 3) {
     if constexpr (sizeof(Acc<T>) == 4) {
       launch(bulk_kernel<T, kNorm>(plan.packs), dim3(unsigned(plan.blocks)), plan.block, plan.smem, stream,
-             {false, false, plan.cluster}, dy, dh, x, mean, rstd, w, dx, workspace, M, N, plan.stages,
+             {false, kPdlMain, plan.cluster}, dy, dh, x, mean, rstd, w, dx, workspace, M, N, plan.stages,
              plan.pipe, first_rows(plan.stages));
     }
   } else {
