@@ -1495,6 +1495,13 @@ constexpr int kNarrow = RMSNORM_BULK_NARROW, kNarrowPacks = RMSNORM_BULK_NARROW_
 template <Norm kNorm>
 constexpr int kOneBlockPacks = kNorm == Norm::kRms ? RMSNORM_BULK_RMS_PACKS : kNarrowPacks;
 
+// LayerNorm's batches of at most this many rows per cluster take backward_bulk_kernel over clusters of 8
+// (plan_bulk). A build-time setting, for tuning; 0: off.
+#ifndef RMSNORM_BULK_LAYER_WIDE_ROWS
+#define RMSNORM_BULK_LAYER_WIDE_ROWS 16
+#endif
+constexpr int kLayerWideRows = RMSNORM_BULK_LAYER_WIDE_ROWS;
+
 // The backward_bulk_kernel of a plan's packs per thread.
 template <typename T, Norm kNorm>
 auto bulk_kernel(int packs) {
@@ -1514,9 +1521,10 @@ auto bulk_kernel(int packs) {
 // most 2 packs each; 2-byte types, blocks of up to kNarrow (512) with kNarrowPacks (2) packs each, which
 // measured 3-8 points of a copy faster than 1024 threads with 1 pack (the per-row barriers weigh more where a
 // row is fewer bytes; 2 packs at 1024 threads spill), or kOneBlockPacks (RMSNorm: 4) for one block per row.
+// LayerNorm's batches of at most kLayerWideRows rows per cluster take clusters of 8 instead (below).
 // No plan (kind 0) where none fits, or the kernel was built for an older GPU.
 template <typename T, Norm kNorm>
-Plan plan_bulk(int64_t M, int N, bool vec) {
+Plan plan_bulk(int64_t M, int N, bool vec, int from = 1) {
   Plan plan;
   if constexpr (sizeof(Acc<T>) == 4) {
     constexpr int V = kPack16<T>;
@@ -1525,7 +1533,7 @@ Plan plan_bulk(int64_t M, int N, bool vec) {
     constexpr int kMostPacks = narrow ? kNarrowPacks : (sizeof(T) == 2 ? 1 : 2);
     if (!vec || !has_clusters()) return plan;
     const size_t room = size_t(device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>()) - 1024;  // static
-    for (int cluster = 1; cluster <= 8; cluster *= 2) {
+    for (int cluster = from; cluster <= 8; cluster *= 2) {
       if (N % (cluster * V) != 0) continue;
       const int packs = N / cluster / V;
       const int most = narrow && cluster == 1 ? kOneBlockPacks<kNorm> : kMostPacks;
@@ -1548,6 +1556,16 @@ Plan plan_bulk(int64_t M, int N, bool vec) {
       plan.smem = stages * stage + RMSNORM_BULK_RING_OFFSET;
       plan.stages = stages;
       plan.pipe = stages >= RMSNORM_BULK_PIPE_FROM;
+      // LayerNorm's two partial rows per cluster (grad_w's and grad_b's) cost as much as a row's worth of
+      // work where a cluster takes few rows: over clusters of 8 the grid writes and adds half or a quarter
+      // as many, which pays for the 8 blocks' exchange of each row's sums up to about 16 rows per cluster.
+      // H100, do_bench (results/h100/norm_backward_clusters_2026-11-27.md): bf16 512 x 32768 1.03x (77.3
+      // -> 79.7 % of a copy), 1024 x 16384 1.03x, 128 x 32768 1.07x; float32 1.00-1.07x; at 31 rows per
+      // cluster 0.99-1.04x, at 62 (bf16 2048 x 32768) 0.98x. RMSNorm's one partial row: 0.97x, so not there.
+      if (kNorm == Norm::kLayer && cluster < 8 && from == 1 && M <= int64_t(kLayerWideRows) * clusters) {
+        const Plan wide = plan_bulk<T, kNorm>(M, N, vec, 8);
+        if (wide.kind != 0) return wide;
+      }
       return plan;
     }
   }

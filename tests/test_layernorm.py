@@ -407,7 +407,9 @@ def test_pipelined_forward_gives_the_same_bits(ext, dtype, shape):
         (1000, 4096),
         (4, 1, 8192),
         (600, 16384),
+        (1100, 16384),
         (200, 32768),
+        (540, 32768),
         (120, 65536),
         (200, 65536),
         (5, 12289),
@@ -417,9 +419,10 @@ def test_pipelined_forward_gives_the_same_bits(ext, dtype, shape):
 def test_many_rows_match_the_cpu_implementation(ext, dtype, shape):
     """More rows than the persistent backward grid holds at once: each block loops over many rows. Rows
     longer than 8192 run layernorm.wide.cu (lesson 05's kernels; on sm_90 the backward's clusters of 2, 4
-    and 8 blocks going round their rings of bulk copies; the forward's too, by one block per row at 200 x
-    32768 and by clusters of 2 at 200 x 65536, bf16 with 8 packs of weights per thread), 12289 with one
-    value per pack."""
+    and 8 blocks going round their rings of bulk copies: on an H100, clusters of 8 up to 16 rows per
+    cluster (600 x 16384, 200 x 32768), of 2 at 1100 x 16384 and of 4 at 540 x 32768; the forward's too, by
+    one block per row at 200 x 32768 and by clusters of 2 at 200 x 65536, bf16 with 8 packs of weights per
+    thread), 12289 with one value per pack."""
     x, w, b = inputs(shape, dtype, "cpu")
     gy = torch.randn(shape).to(dtype)
     y, mean, rstd = ext.forward(x, w, b)
