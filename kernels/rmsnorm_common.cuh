@@ -1559,9 +1559,9 @@ Plan plan_bulk(int64_t M, int N, bool vec, int from = 1) {
       // LayerNorm's two partial rows per cluster (grad_w's and grad_b's) cost as much as a row's worth of
       // work where a cluster takes few rows: over clusters of 8 the grid writes and adds half or a quarter
       // as many, which pays for the 8 blocks' exchange of each row's sums up to about 16 rows per cluster.
-      // H100, do_bench (results/h100/norm_backward_clusters_2026-11-27.md): bf16 512 x 32768 1.03x (77.3
-      // -> 79.7 % of a copy), 1024 x 16384 1.03x, 128 x 32768 1.07x; float32 1.00-1.07x; at 31 rows per
-      // cluster 0.99-1.04x, at 62 (bf16 2048 x 32768) 0.98x. RMSNorm's one partial row: 0.97x, so not there.
+      // H100, do_bench (results/h100/norm_backward_clusters_2026-11-27.md): bf16 128 x 32768 1.07-1.08x,
+      // 1024 x 16384 1.03x (78.3 -> 80.6 % of a copy), 512 x 32768 1.00-1.03x; float32 1.00-1.07x; at 23-31
+      // rows per cluster 1.00-1.04x, at 62 (bf16 2048 x 32768) 0.98x. RMSNorm (one partial row): 0.94-0.98x.
       if (kNorm == Norm::kLayer && cluster < 8 && from == 1 && M <= int64_t(kLayerWideRows) * clusters) {
         const Plan wide = plan_bulk<T, kNorm>(M, N, vec, 8);
         if (wide.kind != 0) return wide;
