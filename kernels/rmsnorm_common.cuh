@@ -1521,10 +1521,10 @@ auto bulk_kernel(int packs) {
 // most 2 packs each; 2-byte types, blocks of up to kNarrow (512) with kNarrowPacks (2) packs each, which
 // measured 3-8 points of a copy faster than 1024 threads with 1 pack (the per-row barriers weigh more where a
 // row is fewer bytes; 2 packs at 1024 threads spill), or kOneBlockPacks (RMSNorm: 4) for one block per row.
-// LayerNorm's batches of at most kLayerWideRows rows per cluster take clusters of 8 instead (below).
-// No plan (kind 0) where none fits, or the kernel was built for an older GPU.
+// Clusters of at least `from` blocks. No plan (kind 0) where none fits, or the kernel was built for an older
+// GPU.
 template <typename T, Norm kNorm>
-Plan plan_bulk(int64_t M, int N, bool vec, int from = 1) {
+Plan plan_bulk_from(int64_t M, int N, bool vec, int from) {
   Plan plan;
   if constexpr (sizeof(Acc<T>) == 4) {
     constexpr int V = kPack16<T>;
@@ -1556,18 +1556,27 @@ Plan plan_bulk(int64_t M, int N, bool vec, int from = 1) {
       plan.smem = stages * stage + RMSNORM_BULK_RING_OFFSET;
       plan.stages = stages;
       plan.pipe = stages >= RMSNORM_BULK_PIPE_FROM;
-      // LayerNorm's two partial rows per cluster (grad_w's and grad_b's) cost as much as a row's worth of
-      // work where a cluster takes few rows: over clusters of 8 the grid writes and adds half or a quarter
-      // as many, which pays for the 8 blocks' exchange of each row's sums up to about 16 rows per cluster.
-      // H100, do_bench (results/h100/norm_backward_clusters_2026-11-27.md): bf16 128 x 32768 1.07-1.08x,
-      // 1024 x 16384 1.03x (78.3 -> 80.6 % of a copy), 512 x 32768 1.00-1.03x; float32 1.00-1.07x; at 23-31
-      // rows per cluster 1.00-1.04x, at 62 (bf16 2048 x 32768) 0.98x. RMSNorm (one partial row): 0.94-0.98x.
-      if (kNorm == Norm::kLayer && cluster < 8 && from == 1 && M <= int64_t(kLayerWideRows) * clusters) {
-        const Plan wide = plan_bulk<T, kNorm>(M, N, vec, 8);
-        if (wide.kind != 0) return wide;
-      }
       return plan;
     }
+  }
+  return plan;
+}
+
+// backward_bulk_kernel's plan: the fewest blocks per row that fit (plan_bulk_from), except LayerNorm's
+// batches of at most kLayerWideRows rows per cluster, which take clusters of 8 where they fit. LayerNorm's
+// two partial rows per cluster (grad_w's and grad_b's) cost as much as a row's worth of work where a cluster
+// takes few rows: over clusters of 8 the grid writes and adds half or a quarter as many, which pays for the
+// 8 blocks' exchange of each row's sums up to about 16 rows per cluster. H100, do_bench
+// (results/h100/norm_backward_clusters_2026-11-27.md): bf16 128 x 32768 1.07-1.08x, 1024 x 16384 1.03x
+// (78.3 -> 80.6 % of a copy), 512 x 32768 1.00-1.03x; float32 1.00-1.07x; at 23-31 rows per cluster
+// 1.00-1.04x, at 62 (bf16 2048 x 32768) 0.98x. RMSNorm (one partial row): 0.94-0.98x.
+template <typename T, Norm kNorm>
+Plan plan_bulk(int64_t M, int N, bool vec) {
+  const Plan plan = plan_bulk_from<T, kNorm>(M, N, vec, 1);
+  if (kNorm == Norm::kLayer && plan.kind != 0 && plan.cluster < 8 &&
+      M <= int64_t(kLayerWideRows) * plan.partial_rows()) {
+    const Plan wide = plan_bulk_from<T, kNorm>(M, N, vec, 8);
+    if (wide.kind != 0) return wide;
   }
   return plan;
 }
