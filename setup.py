@@ -1,7 +1,7 @@
 """setup.py: the course's finished ops as an installable package, `course_ops`, built ahead of time from the same
 sources in kernels/ that the notebooks compile at run time (lesson 06). No source is copied: each op becomes one
-extension module, course_ops.NAME, made of the files helpers.loader.sources_for(NAME) names (kernels/NAME.cpp,
-kernels/NAME.cu and every part kernels/NAME.PART.cpp/.cu), with the exercise solutions on the include path.
+extension module, course_ops.NAME, made of the files helpers.loader.sources_for(NAME) names (every .cpp and .cu
+in kernels/NAME/), with the exercise solutions on the include path.
 
     pip wheel --no-build-isolation --no-deps -w dist .       a wheel for this torch (and its CUDA, if any)
     pip install --no-build-isolation -e .                    an editable install, for developing
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
 from helpers import env  # noqa: E402  (the course's helpers: where the toolkit and the sources are)
-from helpers.loader import sources_for  # noqa: E402
+from helpers.loader import op_names, sources_for  # noqa: E402
 
 KERNELS = env.KERNELS
 
@@ -41,16 +41,16 @@ def _flag(name: str, default: str) -> bool:
 
 
 def packaged_ops() -> list[str]:
-    """Every op registered with torch.library (its kernels/OP.cpp opens a COURSE_LIBRARY block) that has a
+    """Every op registered with torch.library (its kernels/OP/OP.cpp opens a COURSE_LIBRARY block) that has a
     Python module in helpers/ops/ (its fake kernels and autocast rules), or the ops COURSE_OPS names."""
     chosen = [n.strip() for n in os.environ.get("COURSE_OPS", "").split(",") if n.strip()]
-    found = sorted(
-        p.stem
-        for p in KERNELS.glob("*.cpp")
-        if "." not in p.stem
-        and "COURSE_LIBRARY(" in p.read_text(errors="replace")
-        and (ROOT / "helpers" / "ops" / f"{p.stem}.py").exists()
-    )
+    found = [
+        name
+        for name in op_names()
+        if (KERNELS / name / f"{name}.cpp").is_file()
+        and "COURSE_LIBRARY(" in (KERNELS / name / f"{name}.cpp").read_text(errors="replace")
+        and (ROOT / "helpers" / "ops" / f"{name}.py").exists()
+    ]
     for name in chosen:
         if name not in found:
             raise SystemExit(f"COURSE_OPS names {name!r}, which is not one of the packaged ops: {', '.join(found)}")
@@ -74,8 +74,7 @@ def _rel(p: Path) -> str:
 def extension_for(name: str, cuda: bool, debug: bool):
     from torch.utils.cpp_extension import CppExtension, CUDAExtension
 
-    headers = sorted({*KERNELS.glob("*.h"), *KERNELS.glob("*.cuh"), *(KERNELS / "solutions").glob("*.cuh")})
-    headers += sorted((KERNELS / "solutions").glob("*.h"))
+    headers = sorted(p for ext in ("h", "cuh") for p in KERNELS.rglob(f"*.{ext}") if p.parent.name != "exercises")
     cxx = ["-O0", "-g"] if debug else ["-O3", "-g0"]  # -g0: no debug info (Python's own flags add -g)
     # The loader's nvcc flags: -lineinfo (source lines for profilers, no run-time cost) unless DEBUG=1, which
     # makes device code unoptimized (-G) so that cuda-gdb can step through it.
@@ -92,8 +91,8 @@ def extension_for(name: str, cuda: bool, debug: bool):
 
 
 def build_ext_class():
-    """torch's BuildExtension, with one change: an object file keeps its source's suffix (kernels/OP.cpp.o beside
-    kernels/OP.cu.o). setuptools drops it, so an op's OP.cpp and OP.cu would both compile to OP.o, and ninja
+    """torch's BuildExtension, with one change: an object file keeps its source's suffix (kernels/OP/OP.cpp.o beside
+    kernels/OP/OP.cu.o). setuptools drops it, so an op's OP.cpp and OP.cu would both compile to OP.o, and ninja
     refuses ("multiple rules generate OP.o")."""
     from torch.utils.cpp_extension import BuildExtension
 

@@ -4,7 +4,7 @@ RMSNorm where installed) and LayerNorm's forward (native and compiled pair).
 
 Bytes counted: forward reads x and residual and writes h and y (4 M N elements); backward reads grad_y,
 grad_h and h and writes grad_input, the gradient of x and residual alike (4 M N). The unfused native pair
-moves 5 M N forward (the add's 3, the norm's 2). Shapes: issue 16's sweep as benchmarks/rmsnorm.py's."""
+moves 5 M N forward (the add's 3, the norm's 2). Shapes: benchmarks/rmsnorm.py's sweep."""
 
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 torch.autograd.grad(y, inputs, grad_y), one call at a time from Python (no CUDA graph), per norm and
 activation of the course (lesson 04: every op a real PyTorch op).
 
-    python -m benchmarks.autograd --out results/h100          # headline shapes, the CPU time per step, then
-                                                              # issue 15's targets, met or missed (report)
+    python -m benchmarks.autograd --out results/<gpu>         # headline shapes, the CPU time per step, then
+                                                              # the targets, met or missed (report)
     python -m benchmarks.autograd --smoke --out /tmp/x        # tiny, on whatever machine (a test runs it)
 
 Implementations: "ours" (the public helpers.ops call: polynomial.polynomial, fused_bias_relu.fused_bias_relu,
@@ -172,8 +172,8 @@ def cpu_per_step(
 ) -> dict[str, float]:
     """Microseconds of wall clock per step of each implementation, steps issued back to back with no
     synchronization inside a block (so, with a GPU running behind, the CPU's time per step); the median of
-    `blocks` blocks (15: with 7, one measurement on the H100 hosts put LayerNorm's step at 0.83x native's
-    where five repeats on the same machine gave 0.99-1.08x, results/h100/autograd_cpu_repeat_2026-11-27.txt).
+    `blocks` blocks (15: with 7, a single measurement on an H100 host can put LayerNorm's step at 0.83x
+    native's where repeats on the same machine give 0.99-1.08x).
     The implementations take turns block by block, each round in a rotated order, so that a host's drift
     (clocks, other load) or a position in the order favours none of them; the GPU catches up between blocks,
     outside the timing."""
@@ -293,7 +293,8 @@ def cpu_table(rows: list[dict]) -> str:
 
 
 def report(rows: list[dict]) -> str:
-    """Issue 15's targets over this benchmark's rows, each point met or missed:
+    """The course's targets for an op called through autograd, over this benchmark's rows, each point met
+    or missed:
     - every eager step ("<op> fwd+bwd autograd", not graphed): ours no slower than native;
     - LayerNorm's bf16 4096x4096 eager step at 70 % of a copy or more (on a GPU);
     - the CPU time per eager step no more than native's.

@@ -1,6 +1,6 @@
 """Lesson 03: LayerNorm over the last dimension, forward and backward, every version.
 
-"ours" is forward v3 and backward v2 with kernel="auto" (kernels/layernorm_choices.h): on an H100 in bfloat16
+"ours" is forward v3 and backward v2 with kernel="auto" (kernels/layernorm/layernorm_choices.h): on an H100 in bfloat16
 that is the pipelined forward at 4096x4096 and the bulk-copy backward with the split grid barrier;
 benchmarks/tuning/layernorm.py times each named kernel. Bytes counted: forward reads x and writes y (2 M N
 elements; weight, bias, mean and rstd are negligible); backward reads x and grad_y and writes grad_x (3 M N;

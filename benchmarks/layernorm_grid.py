@@ -1,4 +1,4 @@
-"""Issue 16's sweep for LayerNorm (lesson 05's "norms at every shape"): the same grid as benchmarks/rmsnorm.py,
+"""The norms' sweep for LayerNorm (lesson 05's "norms at every shape"): the same grid as benchmarks/rmsnorm.py,
 N from 256 to 65536 with M N = 2^22, 2^24 and 2^26 elements, and small batches (M = 1, 16, 64 at N = 4096),
 forward, backward and forward+backward through autograd, against native PyTorch, torch.compile and
 Liger-Kernel's LayerNorm (forward and the eager step; GPU only, where liger-kernel is installed).
@@ -6,10 +6,10 @@ Liger-Kernel's LayerNorm (forward and the eager step; GPU only, where liger-kern
     python -m benchmarks.run --ops layernorm_grid --quick      # M N = 2^24 and the small batches
     python -m benchmarks.run --ops layernorm_grid              # + 2^22 and 2^26
 
-"ours" is lesson 03's forward v3 and backward v2 with kernel="auto" (kernels/layernorm_choices.h picks by
+"ours" is lesson 03's forward v3 and backward v2 with kernel="auto" (kernels/layernorm/layernorm_choices.h picks by
 shape and GPU), what course::layer_norm runs. Bytes counted as in benchmarks/layernorm.py: forward 2 M N
 elements, backward 3 M N, forward+backward 5 M N. Lesson 03's own headline shapes and every kernel version
-stay in benchmarks/layernorm.py; this module is the grid and issue 16's targets (`report`)."""
+stay in benchmarks/layernorm.py; this module is the grid and its targets (`report`: benchmarks.rmsnorm.targets)."""
 
 from __future__ import annotations
 

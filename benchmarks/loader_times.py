@@ -1,14 +1,14 @@
-"""How long a learner waits for the loader, against the targets of issue 14:
+"""How long a learner waits for the loader, against the course's targets for it (`targets`):
 
     (a) exercise edit -> self-check verdict   (polynomial_backward: edit its header, rebuild, run check())
-    (b) kernel edit -> reload                 (kernels/polynomial.cu)
+    (b) kernel edit -> reload                 (kernels/polynomial/polynomial.cu)
     (c) cold first build of the first op (which precompiles torch's headers) and of each further op
     (d) a cached re-load (same process, and after a kernel restart)
 
 plus where a kernel edit's seconds go on the nvcc side (`nvcc --time`: front end, device compile, host
-compile) for the loader's flags and for the flags it used before (-O3 host code).
+compile) for the loader's flags and for -O3 host code (what GLUE_OPT's -O1 saves).
 
-    python -m benchmarks.loader_times --out results/h100/loader_times.json
+    python -m benchmarks.loader_times --out results/<gpu>/loader_times.json
 
 Everything runs on a temporary copy of kernels/ (COURSE_KERNELS) with a private build cache (COURSE_CACHE),
 so neither the tracked files nor your cache are touched. Without a GPU the CUDA files are still compiled
@@ -36,7 +36,7 @@ FIRST, FURTHER = "polynomial", ["fused_bias_relu", "layernorm"]
 
 
 def targets(cores: int) -> dict[str, float | None]:
-    """Issue 14's targets, in seconds (None: no target for this many cores)."""
+    """The targets, in seconds (None: no target for this many cores)."""
     big = cores >= 16
     return {
         "exercise_edit_to_verdict_s": 5.0 if big else 10.0,
@@ -136,7 +136,7 @@ def measure(args) -> dict:
                     tu_s={k: round(v, 2) for k, v in b.tu_seconds.items()})  # fmt: skip
 
     # (c) cold builds. Without the PCH first (its own cache), then with it: the first op pays for it.
-    ops = [FIRST] + [op for op in FURTHER if (kernels / f"{op}.cpp").exists()][: args.further]
+    ops = [FIRST] + [op for op in FURTHER if (kernels / op / f"{op}.cpp").exists()][: args.further]
     if not args.skip_no_pch:
         os.environ.update(COURSE_PCH="0", COURSE_CACHE=str(cache.with_name("cache-no-pch")))
         result["cold_without_pch"] = {op: build(op) for op in ops[:2]}
@@ -159,7 +159,7 @@ def measure(args) -> dict:
     result.update(cached_load_after_restart_s=round(load, 3), restart_bootstrap_cell_s=round(boot, 2))
 
     # (b) kernel edit -> reload
-    cu = kernels / f"{FIRST}.cu"
+    cu = kernels / FIRST / f"{FIRST}.cu"
     if cuda and cu.exists():
         edits = []
         for i in range(args.edits):
@@ -196,7 +196,7 @@ def measure(args) -> dict:
     result["exercise_edit_to_verdict_s"] = statistics.median(r["s"] for r in runs)
 
     result["load_average_at_end"] = os.getloadavg()[0]
-    # Where a kernel edit's nvcc seconds go: the loader's flags, and the -O3 host code it used before
+    # Where a kernel edit's nvcc seconds go: the loader's flags ("now"), and -O3 host code ("before")
     if cuda and cu.exists():
         result["nvcc_phases"] = {
             "now": nvcc_phases(cu, archs),

@@ -9,9 +9,9 @@ left out); forward+backward adds backward's 3*M*N (read grad_y and x, write grad
     native         F.dropout(F.rms_norm(x)): the norm's kernels, then dropout writing y and a bool mask
     torch.compile  of that native pair (inductor's generated kernels, with its own random numbers)
 "bwd" times the backward alone (3*M*N counted): "ours v2" is the op's backward (course::rms_norm_dropout_backward,
-the fused pass of kernels/norm_dropout.cu, 3*M*N; rows longer than 8192 elements, 4096 in float64, fall back to v1),
+the fused pass of kernels/norm_dropout/norm_dropout.cu, 3*M*N; rows longer than 8192 elements, 4096 in float64, fall back to v1),
 "ours v1" course::dropout_backward then course::rms_norm_backward (5*M*N moved). "fwd+bwd" is a CUDA graph replay of
-one training step through autograd (the op's backward, v2 since 2026-11-26's second run; the kernels' time; the
+one training step through autograd (the op's backward, v2; the kernels' time; the
 generator moves on at every replay).
 
     python -m benchmarks.norm_dropout [--quick]

@@ -1,7 +1,7 @@
 """Lesson 01: y = a*x^3 + b*x^2 + c*x + d, forward, forward+backward for x (fixed coefficients), and
 forward+backward for x and learnable coefficients (whose gradients add four reductions).
 
-"ours" is forward v2 and backward v2 (kernels/polynomial.cu); "ours v1" is forward v1, the exercise, built
+"ours" is forward v2 and backward v2 (kernels/polynomial/polynomial.cu); "ours v1" is forward v1, the exercise, built
 from its solution (a stub would be timed doing nothing). Bytes counted: forward reads x and writes y
 (2 N elements); forward+backward adds reading grad_y and x and writing grad_x (5 N in all; the 4
 coefficient gradients are negligible)."""

@@ -1,11 +1,11 @@
 """Lesson 05: RMSNorm over the last dimension, forward, backward, and forward+backward through autograd,
 against native PyTorch, torch.compile and Liger-Kernel (Triton; GPU only, where liger-kernel is installed).
 
-"ours" is forward v2 and backward v2 (kernels/rmsnorm.cu). Bytes counted (DESIGN.md's model): forward reads
+"ours" is forward v2 and backward v2 (kernels/rmsnorm/rmsnorm.cu). Bytes counted (DESIGN.md's model): forward reads
 x and writes y (2 M N elements; the weight and rstd are negligible); backward reads x and grad_y and writes
 grad_x (3 M N); forward+backward 5 M N. Native forward is F.rms_norm (aten._fused_rms_norm on CUDA for one
 dtype), native backward aten._fused_rms_norm_backward, the kernel autograd runs for it; torch.compile
-compiles the same calls (inductor's decompositions, generated kernels). The sweep is issue 16's: N from 256
+compiles the same calls (inductor's decompositions, generated kernels). The sweep (lesson 05's "norms at every shape"): N from 256
 to 65536 with M N = 2^22, 2^24 and 2^26 elements, and small batches (M = 1, 16, 64 at N = 4096)."""
 
 from __future__ import annotations
@@ -39,12 +39,11 @@ def liger_rms_norm():
     return lambda x, w: LigerRMSNormFunction.apply(x, w, EPS, 0.0, "llama", False)
 
 
-SWEEP_SIZES = (1 << 22, 1 << 24, 1 << 26)  # issue 16's M N: the points of "at every point"
+SWEEP_SIZES = (1 << 22, 1 << 24, 1 << 26)  # the sweep's M N: the points every target below holds at
 
 
 def targets(fwd_op: str, bwd_op: str, name: str):
-    """Issue 16's targets as a report function over a sweep's rows, each point met or missed, as the issue
-    words them:
+    """The norms' targets as a report function over a sweep's rows, each point met or missed:
     - at the sweep's points (M N = 2^22, 2^24, 2^26): forward >= 0.97x torch.compile and backward >= 1.3x,
       and from 2^24 elements forward >= 90 % and backward >= 80 % of a copy;
     - small batches (M <= 64): forward, backward and forward+backward through autograd no slower than native;
@@ -146,7 +145,7 @@ def measure(case: sweep.Case) -> list[dict]:
     return rows
 
 
-# Build-time settings of kernels/rmsnorm_common.cuh compared by `python -m benchmarks.rmsnorm --settings`: each
+# Build-time settings of kernels/norm_engine/rmsnorm_common.cuh compared by `python -m benchmarks.rmsnorm --settings`: each
 # builds the extension with that -D and times forward v2 and backward v2 at the shapes the setting changes.
 SETTINGS = {
     "default": [],

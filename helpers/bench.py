@@ -21,8 +21,8 @@ turn, three times over, and reports the medians: the benchmark suite does that f
 A kernel of a few microseconds is another matter: the events around it also see the launch latency and,
 where fn's Python takes longer than the flush before it, the CPU (a Triton op's launch hides behind the flush
 in one round and not in the next). `kernel_time` reads the kernels' own durations from torch.profiler
-instead; on the H100, unchanged 3-5 us kernels repeat within 0.1 us there, where their event times moved by
-+-11 % (results/h100/norm_small_forward_2026-11-27.md).
+instead; on the H100, unchanged 3-5 us kernels repeat within 0.1 us there, where their event times move by
++-11 %.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ def in_colab() -> bool:
 # opens and that the bootstrap cell clones on Colab (its COURSE_GIT and COURSE_REF). Change them here, then
 # run `python -m helpers.env --badges` to rewrite the badges; tests/test_colab.py checks that the badges in
 # README.md and in every notebook, and every bootstrap cell, agree with these two lines.
-# Not yet published (2026-11-26): the repository name and the tag are the ones the course will be released
+# Not yet published: the repository name and the tag are the ones the course will be released
 # under; until that release exists, the badges and the Colab clone cannot reach it (README says so), and a
 # fork sets COURSE_GIT / COURSE_REF in the environment, or changes these two lines and reruns --badges.
 PUBLISHED_REPO = "gpu-course/pytorch-cuda-kernels"

@@ -15,10 +15,10 @@ For the notebook:
     library.first_lines(error)                  # a caught exception's first lines (a failure the notebook expects)
     with library.calls("course::square_backward") as n: ...   # how often an op ran inside (n.count)
     replay, out = library.captured(step)        # step() captured in a CUDA graph
-    mod = library.import_kernel("polynomial_triton")   # kernels/polynomial_triton.py, executed afresh
+    mod = library.import_kernel("polynomial_triton")   # kernels/polynomial/polynomial_triton.py, executed afresh
     library.rerun_demo()                        # pytorch#80865 in child processes: a C++ op's library loaded twice
     library.show(fn)                            # a Python function's source, with its file and line numbers
-    library.head("library.h")                   # the comment block a kernels/ file opens with
+    library.head("common/library.h")                   # the comment block a kernels/ file opens with
 """
 
 from __future__ import annotations
@@ -206,9 +206,12 @@ def show(fn) -> None:
 
 
 def import_kernel(name: str):
-    """kernels/NAME.py (a kernel written in Python, e.g. Triton) executed afresh as the module NAME: re-running
-    the cell picks up an edit."""
-    path = loader.KERNELS / f"{name}.py"
+    """kernels/OP/NAME.py (a kernel written in Python, e.g. Triton, in the folder of the op it implements)
+    executed afresh as the module NAME: re-running the cell picks up an edit."""
+    found = sorted(loader.KERNELS.glob(f"*/{name}.py"))
+    if len(found) != 1:
+        raise FileNotFoundError(f"kernels/*/{name}.py: found {[str(p) for p in found] or 'none'}")
+    path = found[0]
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # as an import would (Triton looks a kernel's module up)
@@ -250,8 +253,8 @@ RERUN_SOURCE = """\
 
 at::Tensor rerun_demo(const at::Tensor& x) { return x + VALUE; }
 
-#ifdef COURSE_DEFINE  // the course's way: kernels/library.h
-#include "library.h"
+#ifdef COURSE_DEFINE  // the course's way: kernels/common/library.h
+#include "common/library.h"
 COURSE_LIBRARY(m) { define(m, "rerun_demo(Tensor x) -> Tensor"); }
 TORCH_LIBRARY_IMPL(course, CPU, m) { m.impl("rerun_demo", &rerun_demo); }
 #else  // the usual way
@@ -331,7 +334,7 @@ def rerun_demo() -> list[RerunResult]:
     results = []
     for label, ns, first, second in [
         ("TORCH_LIBRARY, loaded twice", "lesson04_rerun", naive, copy),
-        ("kernels/library.h's define(), then an edited build", "course", define1, define2),
+        ("kernels/common/library.h's define(), then an edited build", "course", define1, define2),
     ]:
         p = subprocess.run(
             [sys.executable, "-c", _LOAD_TWICE, ns, str(first), str(second)],

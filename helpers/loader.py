@@ -1,6 +1,6 @@
 """Build and load the course's kernels from ``kernels/``, fast enough to edit-and-rerun in a notebook.
 
-    op = loader.load("polynomial")          # kernels/polynomial.cpp + kernels/polynomial.cu
+    op = loader.load("polynomial")          # kernels/polynomial/polynomial.cpp + kernels/polynomial/polynomial.cu
 
 Why not ``torch.utils.cpp_extension.load``? It works (lesson 01 shows it), but any edit renames the
 module and recompiles every file, including the binding that parses all of torch's headers: 20-60 s
@@ -18,8 +18,8 @@ per edit. This loader keeps the design that makes edits cheap:
   module, without it for the others. Each takes about 0.5 GB of disk, for CPU builds and again for CUDA
   builds. The glue compiles at -O1 (``GLUE_OPT``), a large op's glue is split into files compiled in
   parallel (``sources_for``), and nvcc splits a ``.cu``'s device optimization across threads
-  (``_split_compile``): a further op's first build is then ~9 s on the 16-core H100 hosts (was ~20 s;
-  results/h100/loader_times_2026-11-26_run3.json);
+  (``_split_compile``): a further op's first build is then ~9 s on a 16-core H100 host, against
+  ~20 s without these three;
 * every linked module is cached under the hash of its objects, so re-running a cell or restarting the
   kernel is an import (well under a second), and undoing an edit finds the old module again;
 * outputs are written to a temporary name and renamed, so an interrupted build leaves nothing half
@@ -130,8 +130,9 @@ def _include_dirs(extra: list[Path]) -> list[Path]:
 
 # g++'s optimization of the .cpp glue. -O1 with the loop vectorizer, not -O3: the glue is mostly templates run
 # once per call (the dispatcher, autograd, pybind11), where -O3's extra passes cost a further op's first build
-# ~40 % more compile time (kernels/layernorm.cpp, then one file, 7.3 s instead of 12 s on the 2-core machine,
-# 2026-11-26); the CPU kernels' loops stay vectorized. COURSE_GLUE_OPT="-O3" (space-separated flags) overrides it.
+# ~40 % more compile time (kernels/layernorm/layernorm.cpp's glue compiled as one file: 7.3 s instead of 12 s
+# on a 2-core machine); the CPU kernels' loops stay vectorized. COURSE_GLUE_OPT="-O3" (space-separated flags)
+# overrides it.
 GLUE_OPT = os.environ.get("COURSE_GLUE_OPT", "-O1 -ftree-vectorize").split()
 
 
@@ -201,8 +202,8 @@ def _fast_linker() -> list[str]:
 
 
 def _link(link: list[str], objs: list[str], out: Path) -> None:
-    """Link; if lld/gold fails where GNU ld would not (seen on the GPU test machine: gold could not open the
-    libstdc++.so linker script of a g++ installed under /opt), link again with the default linker, and use
+    """Link; if lld/gold fails where GNU ld would not (gold cannot open the libstdc++.so linker script of a
+    g++ installed under /opt, for one), link again with the default linker, and use
     that from then on."""
     fast = _fast_linker()
     try:
@@ -275,7 +276,7 @@ def _digest(*parts) -> str:
 # The precompiled torch header: parsed once per machine, shared by every op's .cpp glue
 # --------------------------------------------------------------------------------------------------
 
-# What the ops' .cpp glue includes (kernels/checks.h, library.h and the .cpp files). A glue file that includes
+# What the ops' .cpp glue includes (kernels/common/checks.h, library.h and the .cpp files). A glue file that includes
 # less still compiles with it; one that includes more parses the rest as usual.
 PCH_HEADER = """\
 // torch_pch.h, written by helpers/loader.py: the torch headers the ops' .cpp glue includes, precompiled
@@ -310,9 +311,9 @@ def _binds_python(deps: list[Path]) -> bool:
 
 def _pch_enabled() -> bool:
     """g++ only (clang reads a different format). By default only with 4 or more cores: building it costs about
-    30 CPU s beside the first op's compiles, which 16 cores absorb (a further op's first build 39 -> 24 s on the
-    H100 machine) but 2 cores do not (Colab's: the first op 22 -> 43 s, later ops no faster; measured
-    2026-11-24, results/*/loader_times.json). COURSE_PCH=1 or 0 forces it on or off."""
+    30 CPU s beside the first op's compiles, which 16 cores absorb (a further op's first build 24 s with it, 39 s
+    without, on a 16-core H100 host) but 2 cores do not (Colab's: the first op 43 s with it, 22 s without,
+    later ops no faster). COURSE_PCH=1 or 0 forces it on or off."""
     choice = os.environ.get("COURSE_PCH", "").lower()
     if choice in ("0", "false", "no") or (not choice and (os.cpu_count() or 1) < 4):
         return False
@@ -511,24 +512,32 @@ def _atomic(target: Path, build) -> None:
 
 
 def sources_for(name: str) -> list[Path]:
-    """An op's translation units: kernels/NAME.cpp (the PyTorch glue and the Python binding), kernels/NAME.cu
-    (kernels and launchers), and its parts kernels/NAME.PART.cpp / .cu. Parts that include no torch headers:
-    an exercise's TUs (NAME.exercises.cpp / .cu compile the learner's headers) or architecture-specific
-    kernels (NAME.hopper.cu). Parts with torch headers split a large glue so that its pieces compile in
-    parallel: NAME.autograd.cpp (the Autograd kernels, which call the ops through the dispatcher) and
-    NAME.cpu.cpp (the CPU loops). Editing a part recompiles only that part."""
-    found = [KERNELS / f"{name}{ext}" for ext in (".cpp", ".cu") if (KERNELS / f"{name}{ext}").exists()]
+    """An op's translation units: every .cpp and .cu in its folder, kernels/NAME/. NAME.cpp is the PyTorch glue
+    (checks, dtype dispatch, the binding), NAME.cu the kernels and launchers; parts NAME.PART.cpp/.cu without
+    torch headers compile an exercise (NAME.exercises.*) or architecture-specific kernels, and parts with
+    torch headers (NAME.autograd.cpp, NAME.cpu.cpp) split a large glue so that its pieces compile in parallel.
+    Editing a file recompiles only that file."""
+    folder = KERNELS / name
+    found = sorted(p for ext in ("cpp", "cu") for p in folder.glob(f"*.{ext}")) if folder.is_dir() else []
     if not found:
-        raise FileNotFoundError(f"no kernels/{name}.cpp or kernels/{name}.cu")
-    parts = sorted(p for ext in ("cpp", "cu") for p in KERNELS.glob(f"{name}.*.{ext}"))
-    return found + parts
+        ops = ", ".join(op_names()) or "none"
+        raise FileNotFoundError(f"no kernels/{name}/ with .cpp or .cu sources (the ops: {ops})")
+    main = [p for p in (folder / f"{name}.cpp", folder / f"{name}.cu") if p in found]
+    return main + [p for p in found if p not in main]
+
+
+def op_names() -> list[str]:
+    """The ops under kernels/: every folder with a .cpp or .cu source (not common/, exercises/, solutions/)."""
+    if not KERNELS.is_dir():
+        return []
+    return sorted(d.name for d in KERNELS.iterdir() if d.is_dir() and (any(d.glob("*.cpp")) or any(d.glob("*.cu"))))
 
 
 def _unity_enabled() -> bool:
     """Whether an op's torch glue files compile as one file: by default with fewer than 4 cores, where the
     parts (NAME.cpp, NAME.autograd.cpp, ...) would not compile side by side but would each parse torch's
-    headers (no PCH there either): on the 2-core machine fused_bias_relu's first build took 20.5 s split and
-    14.7 s as one file (2026-11-26, results/2core/). COURSE_UNITY=1/0 forces it on/off."""
+    headers (no PCH there either): on a 2-core machine fused_bias_relu's first build takes 20.5 s split and
+    14.7 s as one file. COURSE_UNITY=1/0 forces it on/off."""
     choice = os.environ.get("COURSE_UNITY", "").lower()
     if choice in ("0", "false", "no", "1", "true", "yes"):
         return choice in ("1", "true", "yes")
@@ -716,7 +725,7 @@ def _import(name: str, so: Path):
     caches modules by spec name, so a rebuilt module imported under the plain name would silently be
     the old one. Python finds PyInit_NAME from the last component, which the binding defines.
 
-    The op's torch.library kernels (kernels/library.h) are registered when a build is first opened, and the
+    The op's torch.library kernels (kernels/common/library.h) are registered when a build is first opened, and the
     last registered wins. So when a build opened before comes back (an edit undone: the cache has it), its
     kernels are registered again by opening a copy of it (the dynamic linker runs a file's registrations
     once per path): torch.ops.course.* always runs the build `load` returned last."""

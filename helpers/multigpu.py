@@ -8,7 +8,7 @@ Every CUDA launch goes to the *current* device. A tensor on cuda:1 while cuda:0 
 a process that never called set_device) sends the kernel to cuda:0 with pointers into cuda:1's memory: an
 illegal memory access that poisons the whole process's CUDA context, or, where the GPUs can reach each
 other's memory (NVLink, with peer access on), a right answer read across the link, slower, on the wrong
-GPU's stream, racing whatever runs on cuda:1. kernels/checks.h's OnDevice (a c10::cuda::CUDAGuard and the
+GPU's stream, racing whatever runs on cuda:1. kernels/common/checks.h's OnDevice (a c10::cuda::CUDAGuard and the
 tensor's device's current stream) is the fix. The demonstration runs in a child process, since an illegal
 access cannot be recovered from in the process where it happened.
 """

@@ -191,7 +191,7 @@ def time_polynomial(site: str | Path, numel: int = 1 << 24) -> dict[str, float]:
     return json.loads(out.strip().splitlines()[-1])
 
 
-# What the course's C++ glue uses from torch (a pattern found in kernels/*.cpp and the headers they include), and
+# What the course's C++ glue uses from torch (a pattern found in kernels/*/*.cpp and the headers they include), and
 # the name its stable-ABI counterpart would have in torch's stable headers (torch/csrc/stable, torch/headeronly,
 # the AOTI C shim), or None where the stable ABI has nothing under any name: then `term` is what is searched
 # for, to show it is absent.
@@ -211,7 +211,7 @@ STABLE_ABI_USES = [
 
 
 def stable_abi_table() -> list[dict]:
-    """For each thing the course's C++ glue uses (STABLE_ABI_USES): how many ops' glue files (kernels/NAME.cpp with
+    """For each thing the course's C++ glue uses (STABLE_ABI_USES): how many ops' glue files (kernels/NAME/NAME.cpp with
     its .cpp parts) use it, directly or through a course header, and where torch's stable ABI headers have its counterpart (None: nowhere)."""
     import re
 
@@ -226,14 +226,14 @@ def stable_abi_table() -> list[dict]:
         include / "csrc" / "inductor" / "aoti_torch" / "c" / "shim.h",
     ]
     stable_text = {p: p.read_text(errors="replace") for p in stable if p.is_file()}
-    glue = sorted(p for p in env.KERNELS.glob("*.cpp") if "." not in p.stem)
-    texts = {  # an op's glue: NAME.cpp and its .cpp parts (NAME.autograd.cpp, ...), with the headers they include
-        p.name: "".join(
+    texts = {  # an op's glue: its .cpp files (NAME.cpp, NAME.autograd.cpp, ...), with the headers they include
+        name: "".join(
             d.read_text(errors="replace")
-            for part in [p, *sorted(env.KERNELS.glob(f"{p.stem}.*.cpp"))]
-            for d in loader._local_deps(part, [env.KERNELS / "solutions"])
+            for part in loader.sources_for(name)
+            if part.suffix == ".cpp"
+            for d in loader._local_deps(part, [env.KERNELS / "solutions", env.KERNELS])
         )
-        for p in glue
+        for name in loader.op_names()
     }
     rows = []
     for what, pattern, term in STABLE_ABI_USES:

@@ -14,7 +14,7 @@ def interact(fn, **choices):
     """Dropdowns for each keyword (the first option is the default); fn runs now and on every change.
     COURSE_NO_WIDGETS=1 runs it once instead, its output in the cell: the notebook tests set it, as nobody
     clicks there and nbclient can wait for a widget cell's reply until its timeout (jupyter/nbclient#312:
-    20 minutes of a CI run on lesson 03's interact cell, 2026-11-26)."""
+    in CI, 20 minutes on lesson 03's interact cell)."""
     defaults = {k: v[0] for k, v in choices.items()}
     if os.environ.get("COURSE_NO_WIDGETS") == "1":
         print("(COURSE_NO_WIDGETS=1: running once with the first option of each control)")

@@ -1,6 +1,6 @@
-"""The table issue 15 asks for: per course op, what tests/test_library.py found on this machine.
+"""The library-conformance table: per course op, what tests/test_library.py found on this machine.
 
-    python -m tests.library_table --out results/h100/library.md   # runs the tests, writes and prints the table
+    python -m tests.library_table --out results/<gpu>/library.md   # runs the tests, writes and prints the table
 
 Each cell is "passed/total" for that op's tests of that kind on that device ("-" where the op has none,
 e.g. graph capture without a GPU); a failure names the test ids under the table.

@@ -11,7 +11,7 @@ An op is its public entry point in helpers/ops/<name>.py (each variant: a versio
 saves, or the registered op called through torch.ops), its plain-PyTorch reference taking the same
 arguments, its samples (some tensors differentiable, some not, as extension-cpp's make_tensor /
 make_nondiff_tensor), its empty samples (numel 0), and bad calls with the exact message, in the words of
-kernels/checks.h (`must_be_floating` and friends below are those words, written once here too).
+kernels/common/checks.h (`must_be_floating` and friends below are those words, written once here too).
 
 A registered op (LibraryOp) is its name in torch.ops.course, the helpers/ops module whose register()
 defines it, samples in any dtype (small, non-contiguous, 3-d, empty, mixed dtypes where the op takes
@@ -38,7 +38,7 @@ from helpers.ops import polynomial as poly
 from helpers.ops import rmsnorm as rms
 
 # --------------------------------------------------------------------------------------------------
-# kernels/checks.h's messages
+# kernels/common/checks.h's messages
 # --------------------------------------------------------------------------------------------------
 
 SCALAR_TYPE = {  # c10::ScalarType as a message prints it

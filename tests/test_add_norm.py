@@ -1,4 +1,4 @@
-"""kernels/add_norm.*: the fused residual add + RMSNorm / LayerNorm (lesson 05) against the unfused pair in
+"""kernels/add_norm/: the fused residual add + RMSNorm / LayerNorm (lesson 05) against the unfused pair in
 float64 over awkward shapes and every dtype: y and h, and the gradients of x, residual and the parameters
 through y, through h and through both; rounding of h as the unfused add rounds it, broadcasting and
 promotion as `x + residual`, gradcheck, long and misaligned rows on a GPU. opcheck, compile, autocast, the

@@ -180,7 +180,7 @@ def _guarded_sources() -> list[Path]:
     includes = [env.KERNELS / "solutions", env.KERNELS]
     return sorted(
         cu
-        for cu in env.KERNELS.glob("*.cu")
+        for cu in env.KERNELS.glob("*/*.cu")
         if any(VERSION_TEST.search(d.read_text(errors="replace")) for d in loader._local_deps(cu, includes))
     )
 
@@ -189,7 +189,7 @@ def _force_header(tmp: Path, major: int, minor: int) -> Path:
     """A header given with -include: the system headers the kernels use first (the toolkit's own headers check
     that the version macros are the compiler's), then the version macros redefined, for the course's code only."""
     system = set()
-    for f in [*env.KERNELS.glob("*.cu"), *env.KERNELS.glob("*.cuh"), *env.KERNELS.glob("*.h")]:
+    for f in [*env.KERNELS.rglob("*.cu"), *env.KERNELS.rglob("*.cuh"), *env.KERNELS.rglob("*.h")]:
         for inc in re.findall(r"^\s*#\s*include\s*<([^>]+)>", f.read_text(errors="replace"), re.M):
             if not inc.startswith(("torch/", "ATen/", "c10/", "pybind11/")):
                 system.add(inc)

@@ -1,4 +1,4 @@
-"""Lesson 05's dropout (kernels/philox.cuh, kernels/dropout.cu/.cpp, helpers/ops/dropout.py): the generator
+"""Lesson 05's dropout (kernels/common/philox.cuh, kernels/dropout/dropout.cu/.cpp, helpers/ops/dropout.py): the generator
 against its specification, the mask's statistics, reproducibility, the mask recomputed in backward, the same
 bits on the CPU and the GPU, p = 0 / p = 1 / eval mode, bad p, torch.compile and CUDA graphs (where each
 replay must draw a new mask), and the memory that not storing the mask saves.
@@ -76,7 +76,7 @@ KNOWN_ANSWERS = [
 @pytest.mark.parametrize("counter, key, want", KNOWN_ANSWERS)
 def test_philox_gives_random123s_known_answers(ext, counter, key, want):
     assert philox(counter, key) == want  # the Python one the tests below trust
-    assert ext.philox4x32(counter, key) == want, "kernels/philox.cuh's philox4x32_10 on the host"
+    assert ext.philox4x32(counter, key) == want, "kernels/common/philox.cuh's philox4x32_10 on the host"
 
 
 @pytest.mark.parametrize("seed, offset", [(0, 0), (123456789, 8), ((1 << 63) + 12345, (1 << 40) + 4)])

@@ -1,4 +1,4 @@
-"""Lesson 05's third exercise, float16 in an op's dispatch (kernels/half_dispatch.*, kernels/exercises/
+"""Lesson 05's third exercise, float16 in an op's dispatch (kernels/half_dispatch/, kernels/exercises/
 half_dispatch.cuh), built with the solution: the 16-bit types the exercise is written with (kernels/
 half_dispatch_types.h: Half and BFloat16, hand-written so they work in CPU mode without CUDA) convert and
 round exactly as torch's float16 and bfloat16 do, on every device present; summing in the dtype itself

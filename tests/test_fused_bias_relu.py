@@ -1,4 +1,4 @@
-"""kernels/fused_bias_relu.*: CPU and (on a GPU) CUDA paths against plain PyTorch, gradients, memory
+"""kernels/fused_bias_relu/: CPU and (on a GPU) CUDA paths against plain PyTorch, gradients, memory
 variants, in place, the layer, bad input; and (lesson 04) the registered ops torch.ops.course.fused_bias_relu,
 _bits, _backward_bits and fused_bias_relu_: opcheck, torch.compile, mixed dtypes and autocast against native,
 the second derivative's error, CUDA graph capture."""
@@ -21,11 +21,11 @@ SCALE = 1.75
 
 
 def test_kernel_file_header_names_every_launcher_and_kernel():
-    """kernels/fused_bias_relu.cu opens with an index (version -> kernel / launcher): every launcher declared in
+    """kernels/fused_bias_relu/fused_bias_relu.cu opens with an index (version -> kernel / launcher): every launcher declared in
     fused_bias_relu.h is in it, and every kernel it names exists (in the .cu or the exercise's solution)."""
-    header = (env.KERNELS / "fused_bias_relu.h").read_text()
-    index = (env.KERNELS / "fused_bias_relu.cu").read_text().split("#include")[0]
-    sources = (env.KERNELS / "fused_bias_relu.cu").read_text() + (
+    header = (env.KERNELS / "fused_bias_relu/fused_bias_relu.h").read_text()
+    index = (env.KERNELS / "fused_bias_relu/fused_bias_relu.cu").read_text().split("#include")[0]
+    sources = (env.KERNELS / "fused_bias_relu/fused_bias_relu.cu").read_text() + (
         env.KERNELS / "solutions" / "bias_grad.cuh"
     ).read_text()
     launchers = set(re.findall(r"\b(fbr_\w+)\(", header))

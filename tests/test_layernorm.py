@@ -1,4 +1,4 @@
-"""kernels/layernorm.*: every version on the CPU and (on a GPU) CUDA against torch.nn.functional.layer_norm,
+"""kernels/layernorm/: every version on the CPU and (on a GPU) CUDA against torch.nn.functional.layer_norm,
 gradients, numerics on rows with a large mean, determinism, bad input; and (lesson 04) the registered ops
 torch.ops.course.layer_norm, layer_norm_forward and layer_norm_backward: opcheck, native's arguments (several
 normalized dimensions, None parameters, float32 parameters beside a half x), autocast, torch.compile, the
@@ -87,13 +87,13 @@ def test_backward_matches_autograd(ext, device, dtype, shape, version):
     check.assert_close(gb, bd.grad.to(dtype), name="grad_bias", **tol_w)
 
 
-FORWARD_KERNELS = ["auto", "registers", "pipelined"]  # kernels/layernorm_choices.h, forward v3
+FORWARD_KERNELS = ["auto", "registers", "pipelined"]  # kernels/layernorm/layernorm_choices.h, forward v3
 BACKWARD_KERNELS = ["auto", "two_kernels", "cooperative", "bulk_copy", "bulk_copy_split_barrier"]  # backward v2
 
 
 def test_kernel_names_are_the_ones_in_the_header():
     """The names tests, benchmarks and notebook 03b use are the ones layernorm_choices.h maps to its enums."""
-    text = (loader.KERNELS / "layernorm_choices.h").read_text()
+    text = (loader.KERNELS / "layernorm/layernorm_choices.h").read_text()
     for table, names in (("kForwardKernelNames", FORWARD_KERNELS), ("kBackwardKernelNames", BACKWARD_KERNELS)):
         body = text[text.index(table) : text.index("};", text.index(table))]
         assert re.findall(r'"(\w+)"', body) == names, table
@@ -437,7 +437,9 @@ def test_many_rows_match_the_cpu_implementation(ext, dtype, shape):
     check.assert_close(gbc.cpu(), gb, **tol)
 
 
-@pytest.mark.parametrize("name", ["layernorm.cu", "layernorm.hopper.cu", "layernorm_bulk.cuh"])
+@pytest.mark.parametrize(
+    "name", ["layernorm/layernorm.cu", "layernorm/layernorm.hopper.cu", "layernorm/layernorm_bulk.cuh"]
+)
 def test_kernel_file_header_maps_every_kernel(name):
     """The header of each LayerNorm kernel file is a map: every kernel it names exists, and every kernel
     the file defines is named there."""
@@ -447,7 +449,7 @@ def test_kernel_file_header_maps_every_kernel(name):
     kernel = r"__global__\s+(?:__launch_bounds__\([^)]*\)\s+)?void\s+(\w+)\("
     defined = set(re.findall(kernel, text))
     named = set(re.findall(r"\b(\w+_kernel)\b", header))
-    files = ("layernorm.cu", "layernorm.exercises.cu", "layernorm_bulk.cuh", name)
+    files = ("layernorm/layernorm.cu", "layernorm/layernorm.exercises.cu", "layernorm/layernorm_bulk.cuh", name)
     everywhere = "".join((loader.KERNELS / f).read_text() for f in files)
     assert defined and defined <= named, f"{name} defines kernels its header does not map: {sorted(defined - named)}"
     missing = named - set(re.findall(kernel, everywhere))
@@ -455,7 +457,7 @@ def test_kernel_file_header_maps_every_kernel(name):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Lesson 04: torch.ops.course.layer_norm, layer_norm_forward and layer_norm_backward (kernels/layernorm.cpp, fake
+# Lesson 04: torch.ops.course.layer_norm, layer_norm_forward and layer_norm_backward (kernels/layernorm/layernorm.cpp, fake
 # kernels in helpers/ops/layernorm.py). PyTorch's own sample inputs: tests/test_layernorm_opinfo.py.
 # ---------------------------------------------------------------------------------------------------------------
 
@@ -830,7 +832,7 @@ def test_cuda_graph_capture_of_a_new_none_parameter_size():
 
 
 def test_the_hand_written_node_keeps_autograds_rules(device):
-    """course::layer_norm's backward node is written by hand (kernels/layernorm.autograd.cpp): it must still refuse what
+    """course::layer_norm's backward node is written by hand (kernels/layernorm/layernorm.autograd.cpp): it must still refuse what
     autograd refuses. An input changed in place after the forward, a second backward through a freed graph,
     a forward-mode tangent: each an error, never a silently wrong gradient."""
     x, w, b = inputs((3, 16), torch.float32, device)

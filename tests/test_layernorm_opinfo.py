@@ -16,7 +16,7 @@ from helpers import check
 from helpers.ops import layernorm as ln
 
 OPINFO = next(op for op in op_db if op.name == "nn.functional.layer_norm" and op.variant_test_name == "")
-OURS = {torch.float32, torch.float64, torch.float16, torch.bfloat16}  # kernels/checks.h's check_floating
+OURS = {torch.float32, torch.float64, torch.float16, torch.bfloat16}  # kernels/common/checks.h's check_floating
 
 
 def _describe(sample) -> str:
@@ -33,7 +33,7 @@ SAMPLES = [_describe(s) for s in _samples("cpu", torch.float32)]  # the same sha
 
 # A sample whose arguments we refuse: a substring of its description -> the error's type and message.
 # A negative eps (F.layer_norm takes it: rsqrt(var + eps) is NaN wherever var < -eps) is refused as
-# kernels/layernorm.cpp refuses it everywhere.
+# kernels/layernorm/layernorm.cpp refuses it everywhere.
 UNSUPPORTED = {"eps=-0.5": (ValueError, "eps must be a finite number >= 0, got -0.5")}
 
 # Values are compared with native in float64 on the same inputs, rounded to the sample's dtype (native in

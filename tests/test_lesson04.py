@@ -1,6 +1,6 @@
-"""Lesson 04's pieces: the ops kernels/square.cpp registers (course::square, course::square_backward), the helpers
+"""Lesson 04's pieces: the ops kernels/square/square.cpp registers (course::square, course::square_backward), the helpers
 of helpers/library.py (re-run-safe registrations, explain, kernels, calls, the pytorch#80865 demo), Python
-exercises (stubs, modules), and the Triton kernel of kernels/polynomial_triton.py (under Triton's interpreter on
+exercises (stubs, modules), and the Triton kernel of kernels/polynomial/polynomial_triton.py (under Triton's interpreter on
 the CPU; as an op on the GPU)."""
 
 import os
@@ -26,7 +26,7 @@ def square_ext():
 
 
 # --------------------------------------------------------------------------------------------------
-# course::square and course::square_backward (kernels/square.cpp)
+# course::square and course::square_backward (kernels/square/square.cpp)
 # --------------------------------------------------------------------------------------------------
 
 
@@ -159,7 +159,7 @@ def test_first_lines_keeps_the_type_and_cuts_long_lines():
 
 
 def test_rerun_demo_a_second_torch_library_kills_the_process_and_define_survives():
-    """pytorch#80865, the reason for kernels/library.h's define(): builds the demo library (about 5 s each of three
+    """pytorch#80865, the reason for kernels/common/library.h's define(): builds the demo library (about 5 s each of three
     builds, cached), loads it twice in child processes."""
     naive, course = library.rerun_demo()
     assert naive.returncode == -signal.SIGABRT, naive.stderr[-2000:]
@@ -218,7 +218,7 @@ def test_python_module_runs_the_file_afresh_and_a_wrong_answer_text_in_its_place
 
 
 # --------------------------------------------------------------------------------------------------
-# kernels/polynomial_triton.py
+# kernels/polynomial/polynomial_triton.py
 # --------------------------------------------------------------------------------------------------
 
 _INTERPRETED = """

@@ -1,4 +1,4 @@
-"""Lesson 05's exercise ops (kernels/rmsnorm_row.*, kernels/dropout_mask.*) built with the solutions: they agree
+"""Lesson 05's exercise ops (kernels/rmsnorm_row/, kernels/dropout_mask/) built with the solutions: they agree
 with the course's finished ops (course::rms_norm, course::dropout), float16/bfloat16 on the CPU go through the
 float exercise, bad arguments name the argument, and every committed wrong answer of the dropout mask (one
 function shared by the CPU and the GPU) is rejected on every device present. The self-checks in both directions

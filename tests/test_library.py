@@ -85,13 +85,13 @@ def run_samples(name, samples, body):
 
 
 def test_every_op_a_finished_op_defines_has_library_samples():
-    """A schema that a finished op's kernels/<op>.cpp defines (define(m, "name(...") or m.def("name(...");
+    """A schema that a finished op's kernels/<op>/<op>.cpp defines (define(m, "name(...") or m.def("name(...");
     the finished ops are helpers/ops/<op>.py) gets its entry in tests/op_samples.py's LIBRARY_OPS, so that
     opcheck and the tests below cover it; and every entry there is defined."""
     finished = {p.stem for p in (env.REPO_ROOT / "helpers" / "ops").glob("*.py")} - {"__init__"}
     defined = set()
     for name in finished:
-        src = env.KERNELS / f"{name}.cpp"
+        src = env.KERNELS / name / f"{name}.cpp"
         defined |= set(re.findall(r'(?:define\(\s*m\s*,|\.def\()\s*"(\w+)\(', src.read_text()))
     assert defined == set(OPS), (
         f"defined in kernels/ without LIBRARY_OPS samples: {sorted(defined - set(OPS))}; "
@@ -315,8 +315,8 @@ def test_cuda_graph_replays_forward_and_backward_on_new_data(name, dtype):
 # CPU it is in the torch glue (polynomial.cpp: a full glue compile); on a GPU in polynomial.cu, which
 # rebuilds in seconds (the .cu includes no torch header).
 EDITS = {
-    "cpu": ("polynomial.cpp", "* v + c[3]);", "* v + c[3] + 1);"),
-    "cuda": ("polynomial.cu", "* x + d; }", "* x + d + 1; }"),
+    "cpu": ("polynomial/polynomial.cpp", "* v + c[3]);", "* v + c[3] + 1);"),
+    "cuda": ("polynomial/polynomial.cu", "* x + d; }", "* x + d + 1; }"),
 }
 
 REBUILD = textwrap.dedent(
@@ -367,12 +367,13 @@ REBUILD = textwrap.dedent(
 def test_rebuilding_an_edited_op_in_the_same_process_replaces_its_kernel():
     """As a notebook does: load polynomial, call torch.ops.course.polynomial, edit the kernel the op runs
     (a copy of kernels/, COURSE_KERNELS), rebuild with loader.load in the same process: the process lives
-    (no second definition of the schema: kernels/library.h's define()), and torch.ops, the new module and
+    (no second definition of the schema: kernels/common/library.h's define()), and torch.ops, the new module and
     the old module's binding all run the new kernel. register() and load() again are harmless. Undoing the
     edit brings the first build back from the cache, and torch.ops runs it again.
 
-    The copy lives at a fixed place in the build cache, so a second run finds both builds cached (the new
-    .so is still loaded into a process that has the old one, which is what used to kill it)."""
+    The copy lives at a fixed place in the build cache, so a second run finds both builds cached and checks
+    that case too: the new .so is still loaded into a process that has the old one, the load most likely to
+    kill the process."""
     device = "cuda" if CUDA else "cpu"
     file, old, new = EDITS[device]
     copy = env.cache_root() / "rebuild-test" / "kernels"
@@ -420,17 +421,17 @@ FIRST_CALL_COMPILED = textwrap.dedent(
 )
 
 
-# On the CPU Dynamo alone (backend "eager": the bug was in tracing, and CI stays quick); on the GPU inductor,
-# as a model would compile.
+# On the CPU Dynamo alone (backend "eager": the failure it guards against is in tracing, and CI stays quick);
+# on the GPU inductor, as a model would compile.
 @pytest.mark.parametrize(
     "device, backend", [("cpu", "eager"), pytest.param("cuda", "inductor", marks=needs_gpu)], ids=["cpu", "cuda"]
 )
 def test_an_ops_first_call_in_a_process_may_be_a_compiled_one(device, backend):
     """A fresh process whose first call of each op is inside torch.compile(fullgraph=True): the op's
     register() (building or loading its extension) then runs while Dynamo traces, and must not break the
-    graph. It did: Dynamo traced into the loader and stopped at `time.time` ("Attempted to call function
-    marked as skipped"), so fullgraph failed; helpers.ops.once makes register() a constant to Dynamo. In a
-    process that had called the op before (every other test here) it never showed."""
+    graph. Without helpers.ops.once, which makes register() a constant to Dynamo, it does: Dynamo traces into
+    the loader and stops at `time.time` ("Attempted to call function marked as skipped"), so fullgraph fails.
+    A process that has called the op before (every other test here) never shows it."""
     run_python(FIRST_CALL_COMPILED, [device, backend], "compiled first:")
 
 
@@ -441,7 +442,7 @@ def test_an_ops_first_call_in_a_process_may_be_a_compiled_one(device, backend):
 
 def test_autograd_benchmark_runs_in_smoke_mode(tmp_path, capsys):
     """The eager forward+backward benchmark on the CPU at a tiny size: a row per op and implementation,
-    the CPU time per step measured, files written, issue 15's targets reported. Its numbers mean something on
+    the CPU time per step measured, files written, the targets reported. Its numbers mean something on
     a GPU only."""
     from benchmarks import autograd
 
@@ -454,4 +455,4 @@ def test_autograd_benchmark_runs_in_smoke_mode(tmp_path, capsys):
     assert cpu and all(r["cpu_us"] > 0 for r in cpu)
     assert (tmp_path / "autograd.csv").exists() and (tmp_path / "autograd.json").exists()
     out = capsys.readouterr().out
-    assert "ours" in out and "autograd targets: " in out  # issue 15's report, whatever this host measured
+    assert "ours" in out and "autograd targets: " in out  # the targets' report; met or missed depends on the machine

@@ -1,4 +1,4 @@
-"""Lesson 05's RMSNorm + dropout in one kernel (kernels/norm_dropout.cu/.cpp, helpers/ops/norm_dropout.py):
+"""Lesson 05's RMSNorm + dropout in one kernel (kernels/norm_dropout/norm_dropout.cu/.cpp, helpers/ops/norm_dropout.py):
 y against the unfused pair course::rms_norm then course::dropout drawn at the same generator state, the
 mask contract (philox::keep of the returned (seed, offset)), its statistics, reproducibility, gradients
 against the unfused pair and gradcheck, p = 0 / p = 1 / eval mode, bad arguments, torch.compile and CUDA

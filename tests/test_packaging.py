@@ -47,7 +47,7 @@ def test_every_registered_op_with_python_registrations_is_packaged(setup_py, mon
     ops = setup_py.packaged_ops()
     assert "polynomial" in ops
     for name in ops:
-        assert "COURSE_LIBRARY(" in (env.KERNELS / f"{name}.cpp").read_text()
+        assert "COURSE_LIBRARY(" in (env.KERNELS / name / f"{name}.cpp").read_text()
         assert hasattr(importlib.import_module(f"helpers.ops.{name}"), "register")
 
 

@@ -1,4 +1,4 @@
-"""kernels/polynomial.*: CPU and (on a GPU) CUDA paths against plain PyTorch, gradients, bad input."""
+"""kernels/polynomial/: CPU and (on a GPU) CUDA paths against plain PyTorch, gradients, bad input."""
 
 import re
 
@@ -163,11 +163,13 @@ def test_coeffs_only_gradient(device):
 
 
 def test_kernel_file_header_names_every_launcher():
-    """kernels/polynomial.cu opens with an index (version -> kernel / launcher): every launcher declared in
+    """kernels/polynomial/polynomial.cu opens with an index (version -> kernel / launcher): every launcher declared in
     polynomial.h, and every kernel it names, must exist."""
-    header = (env.KERNELS / "polynomial.h").read_text()
-    index = (env.KERNELS / "polynomial.cu").read_text().split("#include")[0]
-    sources = "".join((env.KERNELS / f).read_text() for f in ("polynomial.cu", "polynomial.exercises.cu"))
+    header = (env.KERNELS / "polynomial/polynomial.h").read_text()
+    index = (env.KERNELS / "polynomial/polynomial.cu").read_text().split("#include")[0]
+    sources = "".join(
+        (env.KERNELS / f).read_text() for f in ("polynomial/polynomial.cu", "polynomial/polynomial.exercises.cu")
+    )
     sources += (env.KERNELS / "solutions" / "polynomial_forward.cuh").read_text()
     sources += (env.KERNELS / "solutions" / "polynomial_backward.cuh").read_text()
     launchers = set(re.findall(r"\b(poly_\w+)\(", header)) - {"poly_backward_v2_blocks"}

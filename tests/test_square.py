@@ -1,4 +1,4 @@
-"""kernels/square.*: lesson 02's exercise op, y = x * x as a C++ autograd Function, built with the
+"""kernels/square/: lesson 02's exercise op, y = x * x as a C++ autograd Function, built with the
 solutions: both versions against plain PyTorch on every dtype, gradcheck, empty input, bad arguments."""
 
 import re

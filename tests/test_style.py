@@ -62,10 +62,80 @@ def test_exercise_files_are_compiled_only_without_torch_headers():
     include no torch header (about a second), never the .cpp glue that parses all of torch's (20-60 s)."""
     exercise_headers = {p.name for p in (ROOT / "kernels" / "solutions").iterdir() if p.is_file()}
     offenders = []
-    for tu in sorted((ROOT / "kernels").glob("*.c*")):
+    for tu in sorted((ROOT / "kernels").glob("*/*.c*")):
         incs = _includes(tu)
         if any(i.startswith(_TORCH) for i in incs) and incs & exercise_headers:
             offenders.append(f"{tu.name} includes torch headers and {sorted(incs & exercise_headers)}")
     assert not offenders, (
-        "move the exercise's use into a torch-free part (kernels/OP.exercises.cpp/.cu):\n" + "\n".join(offenders)
+        "move the exercise's use into a torch-free part (kernels/OP/OP.exercises.cpp/.cu):\n" + "\n".join(offenders)
+    )
+
+
+# Code states decisions and their reasons, not a lab log: no dates, paths into results/, issue numbers or run
+# names in kernels/, helpers/, benchmarks/ or tests/ (the measurements live in results/, the history in git).
+# Each pattern is written so that these lines do not match it themselves.
+_LAB_LOG_FOLDERS = ("kernels", "helpers", "benchmarks", "tests")
+_LAB_LOG = re.compile(
+    "|".join(
+        (
+            r"(?<!\d)20\d\d-[01]\d-[0-3]\d(?!\d)",  # an ISO date
+            "results" + r"/[\w*][^\s\"'`),;:]*(?<!\.)",  # a path in it (not the bare folder, results/<gpu>)
+            r"\bissues? ?#?\d+",  # an issue number, with or without '#', one or a range
+            r"\brun ?\d+\b|_run\d+",  # a run's name
+        )
+    ),
+    re.IGNORECASE,
+)
+# Data, not history: (file, matched text) -> why it stays.
+_LAB_LOG_ALLOWED = {
+    ("benchmarks/autograd.py", "results" + "/cpu"): "default_out(): the output folder on a machine without a GPU",
+}
+
+
+def _source_files(folders) -> list[str]:
+    """The files under `folders` that git tracks or would track (new and not ignored), relative to ROOT;
+    outside a git checkout, every file there but build output and caches."""
+    try:
+        out = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", *folders],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        paths = {p for p in out.split("\0") if p}
+    except (OSError, subprocess.CalledProcessError):
+        skip = {"__pycache__", "build", "dist", ".pytest_cache", ".ruff_cache"}
+        paths = {
+            p.relative_to(ROOT).as_posix()
+            for f in folders
+            for p in (ROOT / f).rglob("*")
+            if p.is_file() and not skip & set(p.relative_to(ROOT).parts) and ".egg-info" not in str(p)
+        }
+    return sorted(p for p in paths if (ROOT / p).is_file())  # a tracked file deleted in the tree is gone
+
+
+def lab_log(folders=_LAB_LOG_FOLDERS) -> list[str]:
+    """'file:line: text' for every lab-log trace in the text files under `folders`."""
+    found = []
+    for rel in _source_files(folders):
+        data = (ROOT / rel).read_bytes()
+        if b"\0" in data[:8192]:  # binary
+            continue
+        for n, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
+            for m in _LAB_LOG.finditer(line):
+                if (rel, m.group(0)) not in _LAB_LOG_ALLOWED:
+                    found.append(f"{rel}:{n}: {m.group(0)!r} in {line.strip()[:160]}")
+    return found
+
+
+def test_code_has_no_lab_log():
+    """A comment states the decision and why, with a magnitude where it matters and the card where the number
+    is hardware-specific; a date, a results/ file, an issue or a run it came from does not belong there."""
+    found = lab_log()
+    for f in found:
+        print(f)
+    assert not found, (
+        f"{len(found)} lab-log trace(s): state the decision and its reason instead (the fact, not where or when "
+        "it was measured):\n" + "\n".join(found)
     )

@@ -1,14 +1,14 @@
 """Lesson 03 LayerNorm, the tuning candidates side by side (run from the repo root: python3 -m benchmarks.tuning.layernorm).
 
 For 4096x4096, 32768x1024 and 8192x8192 in bfloat16 and float32: our forward v3 and backward v2 under the
-`kernel`s worth comparing (kernels/layernorm_choices.h), native PyTorch, torch.compile, and the % of a
+`kernel`s worth comparing (kernels/layernorm/layernorm_choices.h), native PyTorch, torch.compile, and the % of a
 same-size device copy (CUDA events, L2 flushed). Forward counts 2*M*N elements, backward 3*M*N.
 - forward: "auto" (the default), "pipelined" (rows through shared memory by cp.async wherever that applies,
   half/bf16), "registers" (never; float32 always runs that kernel). All give the same bits.
 - backward: "auto" (half/bf16 on sm_90+: "bulk_copy_split_barrier"; float32: "cooperative"), "two_kernels"
   (the lesson's backward v2), "cooperative", "bulk_copy", and for float32 "bulk_copy_split_barrier". Every
   kernel gives the same gradients up to rounding, and the same bits on repeated calls.
-Kernels measured slower everywhere are not in the tree (results/h100/layernorm_history.md).
+Candidates measured slower than these at every shape are not in the tree: "auto" would never pick them.
 Every measurement, the copy's included, is repeated (--repeat, default 3) in turn with the others
 (bench.compare(repeat=...)); the table gives the medians and the range of the timings (the lowest 20th to
 the highest 80th percentile), so the spread on one machine is visible next to the differences."""

@@ -1,15 +1,15 @@
 """Exercises: kernels/solutions/ is the source of truth, kernels/exercises/ is generated from it, and
 helpers/exercises/<name>.py holds, for kernels/solutions/<name>.*:
 
-    OP = "polynomial"                  # the op (kernels/OP.*) whose build compiles the exercise (or, for a
+    OP = "polynomial"                  # the op (kernels/OP/) whose build compiles the exercise (or, for a
                                        # Python exercise, whose C++ kernels it works with)
     def check(device=None, ext=None, seed=None) -> int
         # the self-check: every part the learner wrote (the CPU part, and the CUDA part in CUDA mode;
         # only `device` if given), on cases drawn afresh each run (selfcheck.run)
     WRONG = [Wrong(...), ...]          # mistakes learners really make; tests prove check() rejects each
 
-An exercise header is compiled only by the op's torch-free parts (kernels/OP.exercises.cpp / .cu), never by
-kernels/OP.cpp, so an edit to it rebuilds in seconds (tests/test_style.py checks that).
+An exercise header is compiled only by the op's torch-free parts (kernels/OP/OP.exercises.cpp / .cu), never by
+kernels/OP/OP.cpp, so an edit to it rebuilds in seconds (tests/test_style.py checks that).
 
 In a solution file the answer sits between `// BEGIN SOLUTION` and `// END SOLUTION`; the learner's
 copy replaces it with a TODO line, which compiles and leaves the output unwritten (the self-checks

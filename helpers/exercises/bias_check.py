@@ -1,5 +1,5 @@
 """Self-check for lesson 02's glue exercise: kernels/exercises/bias_check.h, the check of bias's shape that
-kernels/fused_bias_relu.cpp turns into a ValueError. Calls the op (ext = loader.load("fused_bias_relu")) with
+kernels/fused_bias_relu/fused_bias_relu.cpp turns into a ValueError. Calls the op (ext = loader.load("fused_bias_relu")) with
 shapes drawn at random: bias of shape [C] for x of shape [..., C] must work, every other bias shape must raise
 a ValueError whose message names `bias`, the expected shape [C] and the shape it got."""
 

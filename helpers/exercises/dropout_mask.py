@@ -1,7 +1,7 @@
 """Self-check for lesson 05's second exercise: kernels/exercises/dropout_mask.cuh, the keep decision and scaling
 of a group of 4 elements (`ext.forward(x, p, seed, offset)`, ext = loader.load("dropout_mask")). The same
 function runs on the CPU and, in CUDA mode, on the GPU: both are checked, bit for bit against the mask that
-course::dropout's kernels draw (kernels/philox.cuh)."""
+course::dropout's kernels draw (kernels/common/philox.cuh)."""
 
 from __future__ import annotations
 

@@ -45,8 +45,8 @@ def _inputs(shape, dtype, device, g):
 
 # float32's absolute tolerance: g - mean(g) cancels, and rstd (up to 1/sqrt(eps) = 316 for a row of one value)
 # multiplies what is left. On the GPU the compiler fuses g - mean_g into one fma that keeps the product's
-# rounding error, so a correct kernel can give rstd * 2^-24 * |g| (seen: 1.9e-5 where the exact answer is 0,
-# H100, 2026-11-24). Wrong answers miss by O(1).
+# rounding error, so a correct kernel can give rstd * 2^-24 * |g| (1.9e-5 where the exact answer is 0,
+# on the H100). Wrong answers miss by O(1).
 TOLERANCES = {torch.float32: dict(rtol=1e-5, atol=5e-4)}
 
 

@@ -4,8 +4,8 @@ include_dirs).
 
 Part 1 is compared with the rule setup.py builds with (helpers.loader.sources_for, less the .cu files in a
 CPU-only build) for every op in kernels/, with and without CUDA, and for ops made up afresh each run in a
-scratch folder: a random name, some parts (NAME.PART.cpp/.cu), and the files that must stay out (headers,
-another op whose name starts with this one's). Part 2 must put kernels/solutions (never kernels/exercises)
+scratch folder: a random name, some parts (NAME.PART.cpp/.cu), and the files that must stay out (headers, a
+Triton kernel, another op whose name starts with this one's). Part 2 must put kernels/solutions (never kernels/exercises)
 before kernels/. Nothing is compiled: the check takes a second."""
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ OP = "polynomial"  # the op lesson 06 packages first
 NAME = "package_sources"
 FILE = "kernels/exercises/package_sources.py"
 HINT = (
-    "Part 1: NAME.cpp, then NAME.cu only when cuda, then every NAME.*.cpp (and NAME.*.cu when cuda); "
-    "kernels.glob(f'{name}.*.cpp') finds the parts. Part 2: [kernels / 'solutions', kernels]. See " + FILE
+    "Part 1: every .cpp in kernels/NAME/ (and every .cu there when cuda); Path.glob on the op's folder finds "
+    "them. Part 2: [kernels / 'solutions', kernels]. See " + FILE
 )
 _NAMES = ["swish", "mish", "softmax_xent", "batchnorm_relu", "attn_softmax", "csr_spmv", "gelu", "rope"]
 _PARTS = ["exercises", "hopper", "tuned", "v2", "ampere"]
@@ -43,11 +43,15 @@ def _made_up_op(root: Path, rng: random.Random) -> str:
     """A kernels/ folder with one made-up op (some parts, CUDA or not) and the files that are not its sources."""
     name = rng.choice(_NAMES)
     has_cu = rng.random() < 0.8
-    files = [f"{name}.cpp", f"{name}.h", f"{name}_cpu.h", f"{name}_common.cuh"] + ([f"{name}.cu"] if has_cu else [])
+    files = [f"{name}.cpp", f"{name}.h", f"{name}_cpu.h", f"{name}_common.cuh", f"{name}_triton.py"]
+    files += [f"{name}.cu"] * has_cu
     for part in rng.sample(_PARTS, rng.randint(1, 3)):
         files += [f"{name}.{part}.cpp"] * (rng.random() < 0.7) + [f"{name}.{part}.cu"] * has_cu
-    files += [f"{name}_fused.cpp", f"{name}_fused.cu", f"{name}2.cpp", "common.h", "checks.h"]  # not this op's
+    files = [f"{name}/{f}" for f in files]
+    files += [f"{name}_fused/{name}_fused.cpp", f"{name}_fused/{name}_fused.cu", f"{name}2/{name}2.cpp"]  # not its
+    files += ["common/common.h", "common/checks.h"]
     for f in files:
+        (root / f).parent.mkdir(parents=True, exist_ok=True)
         (root / f).write_text(f"// {f}\n")
     for folder in ("solutions", "exercises"):
         (root / folder).mkdir()
@@ -87,14 +91,14 @@ def check(device=None, ext=None, seed=None) -> int:
             extra = sorted(p.name for p in got_set - want_set)
             fail(
                 where,
-                f"op {name!r}, {'CUDA' if cuda else 'CPU-only'} build, files {sorted(p.name for p in kernels.iterdir())}:"
+                f"op {name!r}, {'CUDA' if cuda else 'CPU-only'} build, files {sorted(p.name for p in (kernels / name).iterdir())}:"
                 f"\n  missing {missing or 'nothing'}\n  not its sources, or not in this build: {extra or 'nothing'}",
             )
 
     with selfcheck.exercise(NAME), contextlib.ExitStack() as stack:
-        for name in sorted({p.stem for p in env.KERNELS.glob("*.cpp") if "." not in p.stem}):
+        for name in loader.op_names():
             for cuda in (True, False):
-                same_files(f"Part 1, kernels/{name}.*", env.KERNELS, name, cuda)
+                same_files(f"Part 1, kernels/{name}/", env.KERNELS, name, cuda)
                 cases += 1
         for i in range(6):
             root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="course-made-up-op-")))
@@ -117,16 +121,15 @@ def check(device=None, ext=None, seed=None) -> int:
     return cases
 
 
-_MAIN = '    files = [kernels / f"{name}{s}" for s in suffixes if (kernels / f"{name}{s}").is_file()]\n'
-_PARTS_LINE = (
-    '    parts = [p for s in suffixes for p in kernels.glob(f"{name}.*{s}")]  # NAME.PART.cpp, not NAME_other.cpp\n'
+_GLOB_LINE = (
+    '    return sorted(p for s in suffixes for p in (kernels / name).glob(f"*{s}"))  # the op\'s folder, no other\n'
 )
 
 WRONG = [
     Wrong(
         "only NAME.cpp and NAME.cu: the parts (NAME.exercises.cpp, ...) are left out, so the module links and then "
         "fails on import with 'undefined symbol'",
-        [(_PARTS_LINE, "    parts = []\n")],
+        [(_GLOB_LINE, '    return [p for s in suffixes if (p := kernels / name / f"{name}{s}").is_file()]\n')],
         "cpu",
     ),
     Wrong(
@@ -135,8 +138,13 @@ WRONG = [
         "cpu",
     ),
     Wrong(
-        "parts matched as NAME*.cpp: another op whose name starts with this one's (swish_fused.cpp) is compiled in",
-        [(_PARTS_LINE, '    parts = [p for s in suffixes for p in kernels.glob(f"{name}?*{s}")]\n')],
+        "the folders matched as NAME*: another op whose name starts with this one's (swish_fused/) is compiled in",
+        [(_GLOB_LINE, '    return sorted(p for s in suffixes for p in kernels.glob(f"{name}*/*{s}"))\n')],
+        "cpu",
+    ),
+    Wrong(
+        "every file of the folder: its headers and its Triton .py are not translation units of their own",
+        [(_GLOB_LINE, "    return sorted((kernels / name).iterdir())\n")],
         "cpu",
     ),
     Wrong(

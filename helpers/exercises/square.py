@@ -1,5 +1,5 @@
 """Self-check for lesson 02's first exercise: kernels/exercises/square.cuh, y = x * x and its backward, which
-kernels/square.cpp wraps in the C++ autograd Function SquareFunction (`ext.square(x, 1)`, ext =
+kernels/square/square.cpp wraps in the C++ autograd Function SquareFunction (`ext.square(x, 1)`, ext =
 loader.load("square")). Part 1 (the CPU loops) is checked on the CPU, Part 2 (the CUDA kernels) on a GPU."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Self-check for lesson 04's first exercise: kernels/exercises/square_fake.py, the fake kernels of
-course::square and course::square_backward (kernels/square.cpp defines both ops with CPU and CUDA kernels).
+course::square and course::square_backward (kernels/square/square.cpp defines both ops with CPU and CUDA kernels).
 
 It registers your functions (your file's `register(lib)`), then, on inputs drawn afresh each run, runs each op
 on fake tensors, as torch.compile does, and compares what your fake kernel says with what the real kernel

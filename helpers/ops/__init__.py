@@ -2,7 +2,7 @@
 tests and benchmarks: each has a plain-PyTorch `reference` and the op the lesson builds.
 
 From lesson 04 on they are real PyTorch ops, registered with torch.library in the namespace `course`:
-the schema and the CPU, CUDA and Autograd kernels in C++ (kernels/NAME.cpp, see kernels/library.h), and
+the schema and the CPU, CUDA and Autograd kernels in C++ (kernels/NAME/NAME.cpp, see kernels/common/library.h), and
 here what only Python can add: the fake kernels torch.compile traces with, and autocast rules.
 
     from helpers.ops import polynomial       # importing registers nothing and builds nothing;

@@ -4,7 +4,7 @@ norm(h)``, returning (y, h), as real PyTorch ops for RMSNorm and LayerNorm.
     y, h = add_rms_norm(x, residual, (N,), weight)            # torch.ops.course.add_rms_norm
     y, h = add_layer_norm(x, residual, (N,), weight, bias)    # torch.ops.course.add_layer_norm
 
-The C++ side (kernels/add_norm.cpp) defines the ops with CPU, CUDA, Autograd and AutocastCUDA kernels; here
+The C++ side (kernels/add_norm/add_norm.cpp) defines the ops with CPU, CUDA, Autograd and AutocastCUDA kernels; here
 are their fake kernels and the public calls, which promote x and residual to one dtype and broadcast them to
 one shape first, as `x + residual` does:
 
@@ -39,7 +39,7 @@ def _check_residual(x, residual) -> None:
 
 @once
 def register() -> None:
-    """Load the ops (kernels/add_norm.cpp defines them) and register their fake kernels."""
+    """Load the ops (kernels/add_norm/add_norm.cpp defines them) and register their fake kernels."""
     extension("add_norm")
 
     def stats(x, normalized_shape):

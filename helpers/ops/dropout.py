@@ -1,5 +1,5 @@
 """Lesson 05's dropout with a counter-based generator: the mask is never stored, backward recomputes it from
-the (seed, offset) forward drew (kernels/philox.cuh, kernels/dropout.cu, kernels/dropout.cpp).
+the (seed, offset) forward drew (kernels/common/philox.cuh, kernels/dropout/dropout.cu, kernels/dropout/dropout.cpp).
 
     y = dropout(x, 0.1)                       # torch.ops.course.dropout: differentiable, torch.compile-able,
                                               # reproducible under torch.manual_seed, CUDA-graph safe
@@ -35,7 +35,7 @@ def check_p(p) -> None:
 
 @once
 def register() -> None:
-    """Load the op (kernels/dropout.cpp defines the two ops below, with CPU, CUDA and Autograd kernels) and
+    """Load the op (kernels/dropout/dropout.cpp defines the two ops below, with CPU, CUDA and Autograd kernels) and
     register their fake kernels, what torch.compile traces with instead of ours.
 
     course::dropout(x, p, train, generator=None) -> (y, rng_state)     rng_state: int64 [2], (seed, offset)

@@ -1,5 +1,5 @@
 """Lesson 02's op, y = relu(x * scale + bias) for x of shape [..., C] and bias [C], and (lesson 04) the
-real PyTorch ops torch.ops.course.fused_bias_relu and friends (kernels/fused_bias_relu.cpp defines them).
+real PyTorch ops torch.ops.course.fused_bias_relu and friends (kernels/fused_bias_relu/fused_bias_relu.cpp defines them).
 
     y = fused_bias_relu(x, bias, 2.0)             # torch.ops.course.fused_bias_relu: differentiable in x and
                                                   # bias, autograd in C++ saving a bit mask; torch.compile-able
@@ -69,7 +69,7 @@ def register() -> None:
     """
     extension("fused_bias_relu")
 
-    def check_bias(x, bias, *, promotes=False):  # the kernels' checks (kernels/checks.h), in their words
+    def check_bias(x, bias, *, promotes=False):  # the kernels' checks (kernels/common/checks.h), in their words
         torch._check_type(
             x.dtype in FLOATING, lambda: f"x must be float32, float64, float16 or bfloat16, got {_c10_name(x.dtype)}"
         )

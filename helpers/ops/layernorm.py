@@ -7,7 +7,7 @@ drop-in for ``nn.LayerNorm``.
     y = layer_norm_like_native(x, (4, 8), weight, None)  # F.layer_norm's signature: any trailing dims, None
     LayerNorm((4, 8), elementwise_affine=True, bias=False)  # nn.LayerNorm's arguments
 
-The op's C++ side (kernels/layernorm.cpp and layernorm.autograd.cpp) defines three ops with CPU, CUDA, Autograd and (CUDA) Autocast
+The op's C++ side (kernels/layernorm/layernorm.cpp and layernorm.autograd.cpp) defines three ops with CPU, CUDA, Autograd and (CUDA) Autocast
 kernels; here is what only Python adds, the fake kernels torch.compile traces with:
 
     course::layer_norm(x, normalized_shape, weight?, bias?, eps) -> y
@@ -34,7 +34,7 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def _check_shapes(x, normalized_shape, weight, bias) -> None:
-    """The shape and device rules of kernels/layernorm.cpp, for the fakes (cheap: no data, only sizes)."""
+    """The shape and device rules of kernels/layernorm/layernorm.cpp, for the fakes (cheap: no data, only sizes)."""
     k = len(normalized_shape)
     torch._check(k >= 1, lambda: "normalized_shape must have at least one dimension, got []")
     torch._check(
@@ -173,13 +173,13 @@ def layer_norm_like_native(
 
 def _eager_call(ext, x, normalized_shape: list[int], weight, bias, eps):
     """course::layer_norm in eager mode, through the module's pybind11 binding, which calls the same
-    registered op from C++ (its dispatcher entry, autograd included). Measured on the H100 (2026-11-24,
-    64x1024 bf16, CPU time per call): a forward through the binding 24 us, as native's, against 28-29 us
-    through torch.ops (a boxed call: each argument converted to an IValue and matched against the schema);
-    a forward+autograd.grad step 174 us through the binding, 175 us through torch.ops with a tuple shape, and
-    196 us through this module's previous torch.ops call with x.shape[-1:]. (This routing itself was not yet
-    timed on the GPU.) Under torch.compile the callers use torch.ops, which Dynamo sees into; it cannot see
-    into a pybind function."""
+    registered op from C++ (its dispatcher entry, autograd included). On an H100 host (64x1024
+    bf16, CPU time per call): a forward through the binding 24 us, as native's, against 28-29 us through
+    torch.ops (a boxed call: each argument converted to an IValue and matched against the schema); a
+    forward+autograd.grad step 174 us through the binding, 175 us through torch.ops with a tuple shape, and
+    196 us through torch.ops with x.shape[-1:] as the shape. (These are CPU times: the routing's effect on the
+    GPU time is not measured.) Under torch.compile the callers use torch.ops, which Dynamo sees into; it
+    cannot see into a pybind function."""
     return ext.layer_norm(x, normalized_shape, weight, bias, eps)
 
 

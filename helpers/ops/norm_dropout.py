@@ -1,5 +1,5 @@
 """Lesson 05's RMSNorm followed by dropout, fused: one CUDA kernel computes the row statistic, normalizes,
-scales by the weight, draws the Philox mask and writes y once (kernels/norm_dropout.cu, kernels/norm_dropout.cpp).
+scales by the weight, draws the Philox mask and writes y once (kernels/norm_dropout/norm_dropout.cu, kernels/norm_dropout/norm_dropout.cpp).
 
     y = rms_norm_dropout(x, (N,), weight, p=0.1)           # dropout(rms_norm(x, (N,), weight), 0.1), differentiable
     y = rms_norm_dropout(x, (N,), weight, p=0.1, train=False)   # eval mode: rms_norm alone

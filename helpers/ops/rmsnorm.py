@@ -5,7 +5,7 @@ native ``torch.nn.functional.rms_norm``'s arguments, and a drop-in for ``nn.RMSN
     y = rms_norm(x, (N,), weight, version=1, ext=ext)  # the lesson's Python autograd.Function over v1 kernels
     RMSNorm(N, eps=None, elementwise_affine=True)      # nn.RMSNorm's arguments
 
-The op's C++ side (kernels/rmsnorm.cpp) defines three ops with CPU, CUDA, Autograd and AutocastCUDA kernels;
+The op's C++ side (kernels/rmsnorm/rmsnorm.cpp) defines three ops with CPU, CUDA, Autograd and AutocastCUDA kernels;
 here is what only Python adds, the fake kernels torch.compile traces with:
 
     course::rms_norm(x, normalized_shape, weight?, eps?) -> y
@@ -31,7 +31,7 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def check_shapes(x, normalized_shape, params) -> None:
-    """The shape and device rules of kernels/norm_ops.h, for the fakes (sizes only, no data)."""
+    """The shape and device rules of kernels/common/norm_ops.h, for the fakes (sizes only, no data)."""
     k = len(normalized_shape)
     torch._check(k >= 1, lambda: "normalized_shape must have at least one dimension, got []")
     torch._check(

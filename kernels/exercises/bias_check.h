@@ -1,8 +1,8 @@
 // Exercise (lesson 02): one piece of the C++ glue, the check of bias's shape, with a clear message.
 //
 // fused_bias_relu(x, bias, scale) takes x of shape [..., C] and bias of shape [C]: one value per column, the
-// last dimension of x. kernels/fused_bias_relu.cpp calls your function before anything runs, and raises
-// the message you return as a ValueError in Python (TORCH_CHECK_VALUE):
+// last dimension of x. kernels/fused_bias_relu/fused_bias_relu.cpp calls your function before anything runs,
+// and raises the message you return as a ValueError in Python (TORCH_CHECK_VALUE):
 //
 //     >>> ext.forward(torch.ones(5, 64), torch.ones(3, 64))
 //     ValueError: bias must have shape [C] = [64] to match x's last dimension, got [3, 64]
@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <string>
 
-// "[3, 64]" for sizes {3, 64}, "[]" for none: the way torch and kernels/checks.h write shapes. Use it.
+// "[3, 64]" for sizes {3, 64}, "[]" for none: the way torch and kernels/common/checks.h write shapes. Use it.
 inline std::string sizes_str(const int64_t* sizes, int dim) {
   std::string out = "[";
   for (int i = 0; i < dim; ++i) out += (i ? ", " : "") + std::to_string(sizes[i]);

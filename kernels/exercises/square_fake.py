@@ -1,10 +1,10 @@
 """Exercise 1 of lesson 04: the fake kernels of course::square and course::square_backward.
 
-kernels/square.cpp defines both ops in C++ (their schemas, and CPU and CUDA kernels) and nothing else, so
+kernels/square/square.cpp defines both ops in C++ (their schemas, and CPU and CUDA kernels) and nothing else, so
 torch.compile cannot trace them yet: to learn what an op returns without running it, the compiler calls
 the op's *fake kernel* on fake tensors (shape, dtype, strides and device; no data). Write the two fake
 kernels: each returns a new tensor that looks exactly like what the C++ kernel returns (read forward() and
-backward() in kernels/square.cpp: what do they allocate?), and computes nothing. About 1 line each.
+backward() in kernels/square/square.cpp: what do they allocate?), and computes nothing. About 1 line each.
 
 Check your work with the self-check cell in lesson 04; it registers your functions with `register` below
 (re-running the cell replaces the earlier registration).

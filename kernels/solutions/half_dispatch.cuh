@@ -12,14 +12,14 @@
 // both if you sum in T.
 // Check your work with the self-check cell in lesson 05.
 //
-// This file is compiled only by kernels/half_dispatch.exercises.cpp (the CPU loop) and
+// This file is compiled only by kernels/half_dispatch/half_dispatch.exercises.cpp (the CPU loop) and
 // half_dispatch.exercises.cu (one warp per row): the same two functions on the CPU and on the GPU.
 #pragma once
 
 #include <cstdint>
 
-#include "half_dispatch.h"        // DType
-#include "half_dispatch_types.h"  // Half, BFloat16 (16-bit types usable on both sides), HALF_HD
+#include "half_dispatch/half_dispatch.h"        // DType
+#include "half_dispatch/half_dispatch_types.h"  // Half, BFloat16 (16-bit types usable on both sides), HALF_HD
 
 // Part 1: call body(T{}, A{}) with the two types of `dtype` and return true; return false for a dtype
 // without a case (the op then says which dtype is not dispatched).

@@ -10,8 +10,9 @@
 // grad_weight and grad_bias (sums over the rows) are computed by given code. Check your work with the
 // self-check cell in lesson 03.
 //
-// This file is compiled only by kernels/layernorm.exercises.cpp (Part 1) and kernels/layernorm.exercises.cu
-// (Part 2, with backward_v1_dx_kernel, which calls yours): an edit rebuilds in seconds.
+// This file is compiled only by kernels/layernorm/layernorm.exercises.cpp (Part 1) and
+// kernels/layernorm/layernorm.exercises.cu (Part 2, with backward_v1_dx_kernel, which calls yours): an edit
+// rebuilds in seconds.
 #pragma once
 
 #include <cstdint>
@@ -37,7 +38,7 @@ void layernorm_backward_row_cpu(const T* grad_y, const T* x, const T* weight, T 
 }
 
 #ifdef __CUDACC__
-#include "common.h"
+#include "common/common.h"
 #include "layernorm_warp_reduce.cuh"  // warp_sum: your answer to the first exercise
 
 // Part 2: one warp computes grad_x of one row; this thread is lane `lane` (0..31) of it. T is float,

@@ -10,8 +10,9 @@
 // sums must be added across the warp, with shuffles, so that every lane gets the total. Part 1 is about
 // 10 lines, Part 2 about 1. Check your work with the self-check cell in lesson 03.
 //
-// This file is compiled only by kernels/layernorm.exercises.cpp (Part 1) and kernels/layernorm.exercises.cu
-// (Part 2, with forward_v2_kernel, which calls your warp_sum): an edit rebuilds in seconds.
+// This file is compiled only by kernels/layernorm/layernorm.exercises.cpp (Part 1) and
+// kernels/layernorm/layernorm.exercises.cu (Part 2, with forward_v2_kernel, which calls your warp_sum): an
+// edit rebuilds in seconds.
 #pragma once
 
 #include <cmath>
@@ -37,9 +38,9 @@ void layernorm_row_stats_cpu(const T* x, int64_t n, T eps, T* mean, T* rstd) {
 
 #ifdef __CUDACC__
 // Part 2: the sum of v over the 32 lanes of a warp, returned to EVERY lane (all of them use it).
-// forward_v2_kernel (kernels/layernorm.exercises.cu) calls it twice per row: for the sum of x and for the
-// sum of (x - mean)^2; backward v1 (the layernorm_backward_row exercise) uses it too. acc_t is float or
-// double. Hint: __shfl_xor_sync(0xffffffffu, v, offset) returns v of lane (this lane ^ offset); five
+// forward_v2_kernel (kernels/layernorm/layernorm.exercises.cu) calls it twice per row: for the sum of x and
+// for the sum of (x - mean)^2; backward v1 (the layernorm_backward_row exercise) uses it too. acc_t is float
+// or double. Hint: __shfl_xor_sync(0xffffffffu, v, offset) returns v of lane (this lane ^ offset); five
 // rounds (offsets 16, 8, 4, 2, 1) of "v += the partner's v" leave the total in every lane.
 template <typename acc_t>
 __device__ __forceinline__ acc_t warp_sum(acc_t v) {

@@ -23,10 +23,10 @@ void poly_backward_v1_cpu(const T* grad_y, const T* x, const T* coeffs, T* grad_
 }
 
 #ifdef __CUDACC__
-#include "common.h"
+#include "common/common.h"
 
 // Part 2: the CUDA kernel, launched with ceil_div(n, 256) blocks of 256 threads. T is float, double,
-// __half or __nv_bfloat16: read with to_acc(x[i]), write with from_acc<T>(value) (kernels/common.h).
+// __half or __nv_bfloat16: read with to_acc(x[i]), write with from_acc<T>(value) (kernels/common/common.h).
 // The index and the bounds as in your forward kernel (polynomial_forward.cuh).
 template <typename T>
 __global__ void poly_backward_v1_kernel(const T* __restrict__ grad_y, const T* __restrict__ x,

@@ -23,10 +23,10 @@ void poly_forward_v1_cpu(const T* x, const T* coeffs, T* y, int64_t n) {
 }
 
 #ifdef __CUDACC__
-#include "common.h"
+#include "common/common.h"
 
 // Part 2: the CUDA kernel, launched with ceil_div(n, 256) blocks of 256 threads. T is float, double,
-// __half or __nv_bfloat16: read with to_acc(x[i]), write with from_acc<T>(value) (kernels/common.h).
+// __half or __nv_bfloat16: read with to_acc(x[i]), write with from_acc<T>(value) (kernels/common/common.h).
 // Thread i of the whole grid is blockIdx.x * blockDim.x + threadIdx.x: compute it in int64_t (a
 // tensor can have more than 2^31 elements, and 32-bit arithmetic wraps there), and skip i >= n (the
 // last block is partly past the end).

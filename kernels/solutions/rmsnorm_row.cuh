@@ -11,8 +11,8 @@
 // and one of 65536 squares of values near 4 overflows float16's largest value, 65504.
 // Check your work with the self-check cell in lesson 05.
 //
-// This file is compiled only by kernels/rmsnorm_row.exercises.cpp (Part 1) and rmsnorm_row.exercises.cu
-// (Part 2, with the kernel that calls it): an edit rebuilds in seconds.
+// This file is compiled only by kernels/rmsnorm_row/rmsnorm_row.exercises.cpp (Part 1) and
+// rmsnorm_row.exercises.cu (Part 2, with the kernel that calls it): an edit rebuilds in seconds.
 #pragma once
 
 #include <cmath>
@@ -32,7 +32,7 @@ void rmsnorm_row_cpu(const T* x, const T* weight, int64_t n, T eps, T* y, T* rst
 }
 
 #ifdef __CUDACC__
-#include "common.h"  // Acc<T>, to_acc(v), from_acc<T>(v)
+#include "common/common.h"  // Acc<T>, to_acc(v), from_acc<T>(v)
 
 // Part 2: the row x[0..n) of T (float, double, __half or __nv_bfloat16), normalized by the 32 lanes of one
 // warp; `lane` is this thread's lane (0..31). Every lane writes its elements of y; lane 0 writes *rstd.
