@@ -145,7 +145,7 @@ def main() -> None:
     build = build_dir(config)
     print(f"course_ops: {config} (objects in {build})", flush=True)
     setup(
-        packages=["course_ops", "helpers", "helpers.ops"],
+        packages=["course_ops", "helpers", "helpers.loader", "helpers.ops"],
         ext_modules=[extension_for(n, config["cuda"], config["debug"]) for n in config["ops"]],
         cmdclass={"build_ext": build_ext_class()},
         options={"build": {"build_base": str(build)}, "egg_info": {"egg_base": str(build)}},
