@@ -44,12 +44,12 @@ test-gpu: test-gpu-unit test-gpu-nb test-gpu-times
 
 test-gpu-unit: $(SETUP)
 	mkdir -p $(OUT)
-	$(PY) -m pytest -q -p no:cacheprovider $(XDIST) --ignore=tests/test_notebooks.py --ignore=tests/test_notebooks_learner.py > $(OUT)/pytest.log 2>&1; \
+	$(PY) -m pytest -q -p no:cacheprovider $(XDIST) --ignore=tests/lessons/test_notebooks.py --ignore=tests/lessons/test_notebooks_learner.py > $(OUT)/pytest.log 2>&1; \
 	  rc=$$?; grep -E "^(FAILED|ERROR)" $(OUT)/pytest.log | head -n 30; tail -n 2 $(OUT)/pytest.log; exit $$rc
 
 test-gpu-nb: $(SETUP)
 	mkdir -p $(OUT)
-	COURSE_NB_OUT=$(OUT) $(PY) -m pytest -q -p no:cacheprovider $(XDIST) tests/test_notebooks.py tests/test_notebooks_learner.py > $(OUT)/notebooks.log 2>&1; \
+	COURSE_NB_OUT=$(OUT) $(PY) -m pytest -q -p no:cacheprovider $(XDIST) tests/lessons/test_notebooks.py tests/lessons/test_notebooks_learner.py > $(OUT)/notebooks.log 2>&1; \
 	  rc=$$?; grep -E "^(FAILED|ERROR)" $(OUT)/notebooks.log | head -n 30; tail -n 2 $(OUT)/notebooks.log; exit $$rc
 
 test-gpu-times: $(SETUP)

@@ -43,7 +43,7 @@ def in_colab() -> bool:
 
 # The published course: the GitHub repository and the release (a git tag) that every "Open in Colab" badge
 # opens and that the bootstrap cell clones on Colab (its COURSE_GIT and COURSE_REF). Change them here, then
-# run `python -m helpers.env --badges` to rewrite the badges; tests/test_colab.py checks that the badges in
+# run `python -m helpers.env --badges` to rewrite the badges; tests/infrastructure/test_colab.py checks that the badges in
 # README.md and in every notebook, and every bootstrap cell, agree with these two lines.
 # Not yet published: the repository name and the tag are the ones the course will be released
 # under; until that release exists, the badges and the Colab clone cannot reach it (README says so), and a

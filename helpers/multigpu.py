@@ -1,4 +1,4 @@
-"""What a missing device guard does, shown on a machine with two GPUs (lesson 04; tests/test_multi_gpu.py
+"""What a missing device guard does, shown on a machine with two GPUs (lesson 04; tests/ops/test_multi_gpu.py
 checks every op the right way round).
 
     multigpu.missing_guard_demo()   # builds fused_bias_relu without its guard in a fresh process, calls it

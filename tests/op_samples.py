@@ -1,6 +1,6 @@
 """One sample_inputs per finished op, and what bad input each op must refuse, for the contract tests
-(tests/test_ops_contract.py), in the shape of pytorch/extension-cpp's test/test_extension.py; and (lesson
-04) every op registered in torch.ops.course with its samples, for tests/test_library.py.
+(tests/ops/test_ops_contract.py), in the shape of pytorch/extension-cpp's test/test_extension.py; and (lesson
+04) every op registered in torch.ops.course with its samples, for tests/ops/test_library.py.
 
     for args in sample_inputs("layernorm", device, requires_grad=True):
         y = OPS["layernorm"].variants["v3"](ext)(*args)
@@ -634,7 +634,7 @@ DROPOUT_P = 0.3
 def _dropout_mask_of(x):
     """The mask course::dropout draws for x's shape from _seeded's state (it depends on the seed, the offset
     and the element's index only): where it keeps a tensor of ones. Philox itself is checked against
-    Random123's known answers in tests/test_dropout.py."""
+    Random123's known answers in tests/ops/test_dropout.py."""
     return course_op("dropout")(torch.ones_like(x, requires_grad=False), DROPOUT_P, True, _seeded(x.device))[0] != 0
 
 
@@ -773,7 +773,7 @@ def empty_inputs(op: str, device, requires_grad: bool = False, dtype=torch.float
 
 
 # --------------------------------------------------------------------------------------------------
-# The registered ops (lesson 04): torch.ops.course.*, for tests/test_library.py
+# The registered ops (lesson 04): torch.ops.course.*, for tests/ops/test_library.py
 # --------------------------------------------------------------------------------------------------
 
 NAMESPACE = "course"
@@ -1024,11 +1024,11 @@ LIBRARY_OPS = {
         ),
         LibraryOp("add_layer_norm_forward", "add_norm", _add_layer_norm),
         LibraryOp("add_layer_norm_backward", "add_norm", _add_layer_norm_backward),
-        # Random: opcheck reseeds before each call it compares; tests/test_dropout.py has the compile,
+        # Random: opcheck reseeds before each call it compares; tests/ops/test_dropout.py has the compile,
         # autocast and CUDA graph tests, which must compare masks drawn afresh (no `public` here).
         LibraryOp("dropout", "dropout", _dropout, (0,)),
         LibraryOp("dropout_backward", "dropout", _dropout_backward),
-        # Random, as course::dropout: tests/test_norm_dropout.py has its compile and CUDA graph tests.
+        # Random, as course::dropout: tests/ops/test_norm_dropout.py has its compile and CUDA graph tests.
         LibraryOp("rms_norm_dropout", "norm_dropout", _rms_norm_dropout, (0, 2)),
         LibraryOp("rms_norm_dropout_backward", "norm_dropout", _rms_norm_dropout_backward),
     )

@@ -9,7 +9,7 @@ helpers/exercises/<name>.py holds, for kernels/solutions/<name>.*:
     WRONG = [Wrong(...), ...]          # mistakes learners really make; tests prove check() rejects each
 
 An exercise header is compiled only by the op's torch-free parts (kernels/OP/OP.exercises.cpp / .cu), never by
-kernels/OP/OP.cpp, so an edit to it rebuilds in seconds (tests/test_style.py checks that).
+kernels/OP/OP.cpp, so an edit to it rebuilds in seconds (tests/infrastructure/test_style.py checks that).
 
 In a solution file the answer sits between `// BEGIN SOLUTION` and `// END SOLUTION`; the learner's
 copy replaces it with a TODO line, which compiles and leaves the output unwritten (the self-checks

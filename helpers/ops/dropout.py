@@ -71,7 +71,7 @@ def _never_merged(op) -> None:
     merges common subexpressions of a training graph except the ops in its list of random ops
     (torch._functorch.compile_utils.rand_ops: aten's only; in torch 2.11 it does not look at the
     nondeterministic_seeded tag that course::dropout carries), so dropout(h) twice in one compiled step would
-    share a mask. tests/test_dropout.py's compile test fails without this."""
+    share a mask. tests/ops/test_dropout.py's compile test fails without this."""
     from torch._functorch import compile_utils
 
     rand_ops = getattr(compile_utils, "rand_ops", None)

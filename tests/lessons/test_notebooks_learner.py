@@ -1,10 +1,10 @@
 """Every lesson in learner mode (the generated stubs): every self-check cell (tagged "selfcheck") fails with the
-friendly AssertionError, and every other cell still runs (tests/test_notebooks.py runs them with the
+friendly AssertionError, and every other cell still runs (tests/lessons/test_notebooks.py runs them with the
 solutions). A file of its own, so that `make test`'s parallel run gives it a worker of its own."""
 
 import pytest
 
-from tests.test_notebooks import NOTEBOOKS, _execute, _selfcheck_cells
+from tests.lessons.test_notebooks import NOTEBOOKS, _execute, _selfcheck_cells
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

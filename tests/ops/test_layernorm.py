@@ -458,7 +458,7 @@ def test_kernel_file_header_maps_every_kernel(name):
 
 # ---------------------------------------------------------------------------------------------------------------
 # Lesson 04: torch.ops.course.layer_norm, layer_norm_forward and layer_norm_backward (kernels/layernorm/layernorm.cpp, fake
-# kernels in helpers/ops/layernorm.py). PyTorch's own sample inputs: tests/test_layernorm_opinfo.py.
+# kernels in helpers/ops/layernorm.py). PyTorch's own sample inputs: tests/ops/test_layernorm_opinfo.py.
 # ---------------------------------------------------------------------------------------------------------------
 
 REDUCED = [torch.float16, torch.bfloat16]

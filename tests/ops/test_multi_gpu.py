@@ -8,7 +8,7 @@ and backward, every dtype, with the tensors on one GPU while the other is curren
   * the work goes on PyTorch's current stream *of the tensors' device*: a side stream made current there
     first writes the input (after a delay), so a launch on any other stream reads the old input;
 and tensors on two different GPUs get a clear error naming the argument.
-The DDP run (two processes, NCCL) is tests/ddp_train.py, run from here.
+The DDP run (two processes, NCCL) is benchmarks/ddp_train.py, run from here.
 """
 
 from __future__ import annotations
@@ -28,8 +28,7 @@ from helpers.ops import layernorm as ln
 from helpers.ops import norm_dropout as ndr
 from helpers.ops import polynomial as poly
 from helpers.ops import rmsnorm as rms
-
-from .conftest import load_solutions
+from tests.conftest import load_solutions
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 two_gpus = pytest.mark.skipif(GPUS < 2, reason=f"needs 2 GPUs (this machine has {GPUS})")
@@ -183,11 +182,11 @@ def test_tensors_on_two_gpus_get_a_clear_error(name):
 
 @two_gpus
 def test_ddp_training_with_the_course_ops_matches_native(tmp_path):
-    """tests/ddp_train.py: two processes, NCCL, the lesson 02 and 03 models with the course's ops in place
+    """benchmarks/ddp_train.py: two processes, NCCL, the lesson 02 and 03 models with the course's ops in place
     of the native layers: the loss curves match the native models' on both ranks."""
     out = tmp_path / "ddp.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.ddp_train", "--out", str(out)], capture_output=True, text=True, timeout=900
+        [sys.executable, "-m", "benchmarks.ddp_train", "--out", str(out)], capture_output=True, text=True, timeout=900
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())

@@ -2,8 +2,8 @@
 reference over awkward shapes and every dtype, gradients, eps's default and mixed dtypes as native
 rms_norm has them, non-contiguous and misaligned inputs, deterministic grad_weight, the module against
 nn.RMSNorm, and the kernel file's header. opcheck, compile, autocast, the second derivative and CUDA graphs:
-tests/test_library.py (LIBRARY_OPS in tests/op_samples.py); values, gradcheck, empty and non-contiguous
-inputs and bad arguments for every variant: tests/test_ops_contract.py."""
+tests/ops/test_library.py (LIBRARY_OPS in tests/op_samples.py); values, gradcheck, empty and non-contiguous
+inputs and bad arguments for every variant: tests/ops/test_ops_contract.py."""
 
 import re
 

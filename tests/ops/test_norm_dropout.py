@@ -5,7 +5,7 @@ against the unfused pair and gradcheck, p = 0 / p = 1 / eval mode, bad arguments
 graphs; on a GPU every kernel path (rows in registers at 16 and 32 values per thread, one block per row,
 not vectorizable, a misaligned pointer).
 
-opcheck runs from tests/test_library.py (tests/op_samples.py's LIBRARY_OPS)."""
+opcheck runs from tests/ops/test_library.py (tests/op_samples.py's LIBRARY_OPS)."""
 
 import math
 import re

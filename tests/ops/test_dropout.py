@@ -3,7 +3,7 @@ against its specification, the mask's statistics, reproducibility, the mask reco
 bits on the CPU and the GPU, p = 0 / p = 1 / eval mode, bad p, torch.compile and CUDA graphs (where each
 replay must draw a new mask), and the memory that not storing the mask saves.
 
-opcheck of both ops runs from tests/test_library.py (tests/op_samples.py's LIBRARY_OPS)."""
+opcheck of both ops runs from tests/ops/test_library.py (tests/op_samples.py's LIBRARY_OPS)."""
 
 import math
 import re

@@ -2,7 +2,7 @@
 float64 over awkward shapes and every dtype: y and h, and the gradients of x, residual and the parameters
 through y, through h and through both; rounding of h as the unfused add rounds it, broadcasting and
 promotion as `x + residual`, gradcheck, long and misaligned rows on a GPU. opcheck, compile, autocast, the
-second derivative and CUDA graphs: tests/test_library.py."""
+second derivative and CUDA graphs: tests/ops/test_library.py."""
 
 import pytest
 import torch

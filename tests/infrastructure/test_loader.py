@@ -12,7 +12,7 @@ import pytest
 
 from helpers import loader
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 BINDING = """#include <torch/extension.h>
 int value();

@@ -133,5 +133,5 @@ def test_op_refuses_a_bad_argument_naming_it(device, name, bad):
 
 def test_every_finished_op_has_its_samples_here():
     """A new op in helpers/ops/ gets its entry in tests/op_samples.py: the contract covers every op."""
-    ops = {p.stem for p in (Path(__file__).resolve().parent.parent / "helpers" / "ops").glob("*.py")} - {"__init__"}
+    ops = {p.stem for p in (Path(__file__).resolve().parents[2] / "helpers" / "ops").glob("*.py")} - {"__init__"}
     assert ops == set(op_samples.OPS), f"ops without samples: {sorted(ops - set(op_samples.OPS))}"

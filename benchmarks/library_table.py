@@ -1,6 +1,6 @@
-"""The library-conformance table: per course op, what tests/test_library.py found on this machine.
+"""The library-conformance table: per course op, what tests/ops/test_library.py found on this machine.
 
-    python -m tests.library_table --out results/<gpu>/library.md   # runs the tests, writes and prints the table
+    python -m benchmarks.library_table --out results/<gpu>/library.md   # runs the tests, writes and prints the table
 
 Each cell is "passed/total" for that op's tests of that kind on that device ("-" where the op has none,
 e.g. graph capture without a GPU); a failure names the test ids under the table.
@@ -36,7 +36,7 @@ OPS = {"polynomial", "fused_bias_relu", "fused_bias_relu_", "layer_norm"} | {
 
 
 def run(junit: Path, workers: int = 0) -> int:
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_library.py"]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/ops/test_library.py"]
     cmd += ["-n", str(workers)] if workers else []  # pytest-xdist
     return subprocess.run([*cmd, f"--junitxml={junit}"], env=None).returncode
 
@@ -64,7 +64,7 @@ def table(junit: Path) -> str:
     devices = sorted({k[0] for k in cells})
     ops = sorted({k[1] for k in cells})
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
-    lines = [f"tests/test_library.py on {gpu}, torch {torch.__version__} (passed/run per op and check)", ""]
+    lines = [f"tests/ops/test_library.py on {gpu}, torch {torch.__version__} (passed/run per op and check)", ""]
     for device in devices:
         lines += [f"| {device} op | " + " | ".join(KINDS.values()) + " |", "|---" * (len(KINDS) + 1) + "|"]
         for op in ops:

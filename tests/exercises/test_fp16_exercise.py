@@ -4,7 +4,7 @@ half_dispatch_types.h: Half and BFloat16, hand-written so they work in CPU mode 
 round exactly as torch's float16 and bfloat16 do, on every device present; summing in the dtype itself
 (sum_in_dtype=True, what the lesson shows) breaks as the lesson says; bad arguments name the argument; a
 float16 case missing from the dispatch is reported as "Half ... not dispatched", by the op and by the
-self-check; and every committed wrong answer is rejected on the GPU too (tests/test_exercises.py checks the
+self-check; and every committed wrong answer is rejected on the GPU too (tests/exercises/test_exercises.py checks the
 CPU direction and the stub)."""
 
 import re
@@ -117,7 +117,7 @@ def test_every_wrong_answer_fails_on_the_gpu_too(wrong, device):
     """The exercise's two functions are the same code on the CPU and the GPU (HALF_HD): a wrong answer for
     the CPU is wrong in the warp kernel too, and the self-check must say so there."""
     if device.type == "cpu":
-        pytest.skip("tests/test_exercises.py checks the wrong answers on the CPU")
+        pytest.skip("tests/exercises/test_exercises.py checks the wrong answers on the CPU")
     ext = exercises.build_wrong("half_dispatch", wrong)
     with pytest.raises(AssertionError, match=re.escape("not yet")):
         half_dispatch.check(device=device, ext=ext)

@@ -1,7 +1,7 @@
 """Lesson 02's and 03's models trained with DistributedDataParallel on 2 GPUs (NCCL, one process per GPU,
 no network beyond this machine), once with native layers and once with the course's ops in their place.
 
-    python -m tests.ddp_train --out ddp.json      # needs 2 GPUs; tests/test_multi_gpu.py runs it
+    python -m benchmarks.ddp_train --out ddp.json      # needs 2 GPUs; tests/ops/test_multi_gpu.py runs it
 
 Each rank trains on its half of every batch; DDP averages the gradients, so both ranks hold the same
 parameters. The loss each step is averaged over the ranks. The course model starts from the native one's

@@ -2,7 +2,7 @@
 with the course's finished ops (course::rms_norm, course::dropout), float16/bfloat16 on the CPU go through the
 float exercise, bad arguments name the argument, and every committed wrong answer of the dropout mask (one
 function shared by the CPU and the GPU) is rejected on every device present. The self-checks in both directions
-run from tests/test_exercises.py; the notebook from tests/test_notebooks.py."""
+run from tests/exercises/test_exercises.py; the notebook from tests/lessons/test_notebooks.py."""
 
 import re
 
@@ -86,7 +86,7 @@ def test_dropout_mask_bad_arguments_name_the_argument(mask):
 @pytest.mark.parametrize("wrong", dropout_mask.WRONG, ids=[w.why[:40] for w in dropout_mask.WRONG])
 def test_every_dropout_mask_wrong_answer_fails_on_every_device(wrong, device):
     """dropout_group4 is one __host__ __device__ function: a wrong answer is wrong on the GPU too, and the
-    self-check must say so there (tests/test_exercises.py checks each on its `part` only)."""
+    self-check must say so there (tests/exercises/test_exercises.py checks each on its `part` only)."""
     ext = exercises.build_wrong("dropout_mask", wrong)
     with pytest.raises(AssertionError, match=re.escape("not yet")):
         dropout_mask.check(device=device, ext=ext)

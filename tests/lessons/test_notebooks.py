@@ -1,6 +1,6 @@
 """Every lesson runs top to bottom headless on whatever this machine has (CPU mode in CI, the GPU in
 `make test-gpu`), twice: with the exercise solutions, where every cell must run, and in learner mode (the
-generated stubs: tests/test_notebooks_learner.py, a file of its own so that a parallel test run can give it
+generated stubs: tests/lessons/test_notebooks_learner.py, a file of its own so that a parallel test run can give it
 its own worker), where every self-check cell (tagged "selfcheck") must fail with the friendly
 AssertionError and every other cell must still run: cells after a self-check that need the answer ask
 `selfcheck.passed(...)` and say so. A third run, with the solutions, executes every cell that loads or
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
 
 

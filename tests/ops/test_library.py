@@ -13,7 +13,7 @@ LIBRARY_OPS, with its samples: small, non-contiguous, 3-d, empty, mixed dtypes),
 * benchmarks/autograd.py runs (smoke, CPU).
 
 Values, gradients, gradcheck, empty and non-contiguous inputs and bad arguments through torch.ops are
-the contract tests' (tests/test_ops_contract.py, variant "torch_ops")."""
+the contract tests' (tests/ops/test_ops_contract.py, variant "torch_ops")."""
 
 import os
 import re
@@ -407,7 +407,7 @@ FIRST_CALL_COMPILED = textwrap.dedent(
     import torch
 
     from tests import op_samples
-    from tests.test_library import PUBLIC, in_a_function
+    from tests.ops.test_library import PUBLIC, in_a_function
 
     device, backend = sys.argv[1:3]
     torch._dynamo.config.recompile_limit = 64
