@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from . import as_shape, extension, once
-from .rmsnorm import _acc_dtype, check_shapes
+from .shapes import check_norm, norm_grads, row_stats
 
 
 def _check_residual(x, residual) -> None:
@@ -42,51 +42,44 @@ def register() -> None:
     """Load the ops (kernels/add_norm/add_norm.cpp defines them) and register their fake kernels."""
     extension("add_norm")
 
-    def stats(x, normalized_shape):
-        return x.new_empty(x.shape[: x.dim() - len(normalized_shape)], dtype=_acc_dtype(x.dtype))
-
     @torch.library.register_fake("course::add_rms_norm_forward")
     def _(x, residual, normalized_shape, weight, eps):
-        check_shapes(x, normalized_shape, [("weight", weight)])
+        check_norm(x, normalized_shape, weight=weight)
         _check_residual(x, residual)
-        return x.new_empty(x.shape), x.new_empty(x.shape), stats(x, normalized_shape)
+        return x.new_empty(x.shape), x.new_empty(x.shape), row_stats(x, normalized_shape)
 
     @torch.library.register_fake("course::add_rms_norm")
     def _(x, residual, normalized_shape, weight, eps):
-        check_shapes(x, normalized_shape, [("weight", weight)])
+        check_norm(x, normalized_shape, weight=weight)
         _check_residual(x, residual)
         return x.new_empty(x.shape), x.new_empty(x.shape)
 
     @torch.library.register_fake("course::add_rms_norm_backward")
     def _(grad_y, grad_h, h, normalized_shape, rstd, weight, output_mask):
-        check_shapes(h, normalized_shape, [("weight", weight)])
-        want_x, want_w = output_mask
-        p = weight.dtype if weight is not None else h.dtype
-        return h.new_empty(h.shape if want_x else (0,)), h.new_empty(normalized_shape if want_w else (0,), dtype=p)
+        check_norm(h, normalized_shape, weight=weight)
+        return norm_grads(h, normalized_shape, output_mask, weight)
 
     @torch.library.register_fake("course::add_layer_norm_forward")
     def _(x, residual, normalized_shape, weight, bias, eps):
-        check_shapes(x, normalized_shape, [("weight", weight), ("bias", bias)])
+        check_norm(x, normalized_shape, weight=weight, bias=bias)
         _check_residual(x, residual)
-        mean = stats(x, normalized_shape)
-        return x.new_empty(x.shape), x.new_empty(x.shape), mean, torch.empty_like(mean)
+        return (
+            x.new_empty(x.shape),
+            x.new_empty(x.shape),
+            row_stats(x, normalized_shape),
+            row_stats(x, normalized_shape),
+        )
 
     @torch.library.register_fake("course::add_layer_norm")
     def _(x, residual, normalized_shape, weight, bias, eps):
-        check_shapes(x, normalized_shape, [("weight", weight), ("bias", bias)])
+        check_norm(x, normalized_shape, weight=weight, bias=bias)
         _check_residual(x, residual)
         return x.new_empty(x.shape), x.new_empty(x.shape)
 
     @torch.library.register_fake("course::add_layer_norm_backward")
     def _(grad_y, grad_h, h, normalized_shape, mean, rstd, weight, bias, output_mask):
-        check_shapes(h, normalized_shape, [("weight", weight), ("bias", bias)])
-        want_x, want_w, want_b = output_mask
-        p = next((t.dtype for t in (weight, bias) if t is not None), h.dtype)
-        return (
-            h.new_empty(h.shape if want_x else (0,)),
-            h.new_empty(normalized_shape if want_w else (0,), dtype=p),
-            h.new_empty(normalized_shape if want_b else (0,), dtype=p),
-        )
+        check_norm(h, normalized_shape, weight=weight, bias=bias)
+        return norm_grads(h, normalized_shape, output_mask, weight, bias)
 
 
 def _promoted(x, residual):

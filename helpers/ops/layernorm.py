@@ -27,39 +27,7 @@ from __future__ import annotations
 import torch
 
 from . import as_shape, extension, once
-
-
-def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-def _check_shapes(x, normalized_shape, weight, bias) -> None:
-    """The shape and device rules of kernels/layernorm/layernorm.cpp, for the fakes (cheap: no data, only sizes)."""
-    k = len(normalized_shape)
-    torch._check(k >= 1, lambda: "normalized_shape must have at least one dimension, got []")
-    torch._check(
-        x.dim() >= k and tuple(x.shape[x.dim() - k :]) == tuple(normalized_shape),
-        lambda: (
-            f"x's last dimensions must be normalized_shape {list(normalized_shape)}, got x of shape {list(x.shape)}"
-        ),
-    )
-    for name, p in (("weight", weight), ("bias", bias)):
-        if p is not None:
-            torch._check(
-                p.device == x.device,
-                lambda: f"{name} must be on the same device as x ({x.device}), got {p.device}",
-            )
-            torch._check(
-                tuple(p.shape) == tuple(normalized_shape),
-                lambda: f"{name} must have shape {list(normalized_shape)}, got {list(p.shape)}",
-            )
-
-
-def _param_dtype(x, weight, bias) -> torch.dtype:
-    for p in (weight, bias):
-        if p is not None:
-            return p.dtype
-    return x.dtype
+from .shapes import check_grad, check_norm, norm_grads, row_stats
 
 
 @once
@@ -71,27 +39,19 @@ def register() -> None:
 
     @torch.library.register_fake("course::layer_norm_forward")
     def _(x, normalized_shape, weight, bias, eps):
-        _check_shapes(x, normalized_shape, weight, bias)
-        leading = x.shape[: x.dim() - len(normalized_shape)]
-        stats = x.new_empty(leading, dtype=_acc_dtype(x.dtype))
-        return x.new_empty(x.shape), stats, torch.empty_like(stats)
+        check_norm(x, normalized_shape, weight=weight, bias=bias)
+        return x.new_empty(x.shape), row_stats(x, normalized_shape), row_stats(x, normalized_shape)
 
     @torch.library.register_fake("course::layer_norm")
     def _(x, normalized_shape, weight, bias, eps):
-        _check_shapes(x, normalized_shape, weight, bias)
+        check_norm(x, normalized_shape, weight=weight, bias=bias)
         return x.new_empty(x.shape)  # contiguous, like the kernel's output
 
     @torch.library.register_fake("course::layer_norm_backward")
     def _(grad_y, x, normalized_shape, mean, rstd, weight, bias, output_mask):
-        _check_shapes(x, normalized_shape, weight, bias)
-        torch._check(grad_y.shape == x.shape, lambda: f"grad_y must have shape {list(x.shape)}")
-        want_x, want_w, want_b = output_mask
-        p = _param_dtype(x, weight, bias)
-        return (
-            x.new_empty(x.shape if want_x else (0,)),
-            x.new_empty(normalized_shape if want_w else (0,), dtype=p),
-            x.new_empty(normalized_shape if want_b else (0,), dtype=p),
-        )
+        check_norm(x, normalized_shape, weight=weight, bias=bias)
+        check_grad(grad_y, x)
+        return norm_grads(x, normalized_shape, output_mask, weight, bias)
 
 
 def reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:

@@ -26,6 +26,7 @@ from torch import nn
 from . import as_shape, extension, once
 from . import dropout as _dropout
 from . import rmsnorm as _rmsnorm
+from .shapes import check_grad, check_norm, norm_grads, row_stats
 
 
 @once
@@ -46,23 +47,19 @@ def register() -> None:
             x.dtype in _dropout.FLOATING,
             lambda: f"x must be float32, float64, float16 or bfloat16, got {_dropout._C10_NAMES.get(x.dtype, x.dtype)}",
         )
-        _rmsnorm.check_shapes(x, normalized_shape, [("weight", weight)])
+        check_norm(x, normalized_shape, weight=weight)
         _dropout.check_p(p)
-        leading = x.shape[: x.dim() - len(normalized_shape)]
-        acc = torch.float64 if x.dtype == torch.float64 else torch.float32
-        return x.new_empty(x.shape), x.new_empty(leading, dtype=acc), x.new_empty((2,), dtype=torch.int64)
+        return x.new_empty(x.shape), row_stats(x, normalized_shape), x.new_empty((2,), dtype=torch.int64)
 
     @torch.library.register_fake("course::rms_norm_dropout_backward")
     def _(grad_y, x, normalized_shape, rstd, weight, rng_state, p, output_mask):
-        _rmsnorm.check_shapes(x, normalized_shape, [("weight", weight)])
-        torch._check(grad_y.shape == x.shape, lambda: f"grad_y must have shape {list(x.shape)}")
+        check_norm(x, normalized_shape, weight=weight)
+        check_grad(grad_y, x)
         _dropout.check_p(p)
         torch._check_value(
             rng_state.shape == (2,), lambda: f"rng_state must have shape [2], got {list(rng_state.shape)}"
         )
-        want_x, want_w = output_mask
-        dtype = weight.dtype if weight is not None else x.dtype
-        return x.new_empty(x.shape if want_x else (0,)), x.new_empty(normalized_shape if want_w else (0,), dtype=dtype)
+        return norm_grads(x, normalized_shape, output_mask, weight)
 
 
 def rms_norm_dropout(

@@ -24,31 +24,7 @@ from __future__ import annotations
 import torch
 
 from . import as_shape, extension, once
-
-
-def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-def check_shapes(x, normalized_shape, params) -> None:
-    """The shape and device rules of kernels/common/norm_ops.h, for the fakes (sizes only, no data)."""
-    k = len(normalized_shape)
-    torch._check(k >= 1, lambda: "normalized_shape must have at least one dimension, got []")
-    torch._check(
-        x.dim() >= k and tuple(x.shape[x.dim() - k :]) == tuple(normalized_shape),
-        lambda: (
-            f"x's last dimensions must be normalized_shape {list(normalized_shape)}, got x of shape {list(x.shape)}"
-        ),
-    )
-    for name, p in params:
-        if p is not None:
-            torch._check(
-                p.device == x.device, lambda: f"{name} must be on the same device as x ({x.device}), got {p.device}"
-            )
-            torch._check(
-                tuple(p.shape) == tuple(normalized_shape),
-                lambda: f"{name} must have shape {list(normalized_shape)}, got {list(p.shape)}",
-            )
+from .shapes import acc_dtype, check_grad, check_norm, norm_grads, row_stats
 
 
 @once
@@ -59,28 +35,25 @@ def register() -> None:
 
     @torch.library.register_fake("course::rms_norm_forward")
     def _(x, normalized_shape, weight, eps):
-        check_shapes(x, normalized_shape, [("weight", weight)])
-        leading = x.shape[: x.dim() - len(normalized_shape)]
-        return x.new_empty(x.shape), x.new_empty(leading, dtype=_acc_dtype(x.dtype))
+        check_norm(x, normalized_shape, weight=weight)
+        return x.new_empty(x.shape), row_stats(x, normalized_shape)
 
     @torch.library.register_fake("course::rms_norm")
     def _(x, normalized_shape, weight, eps):
-        check_shapes(x, normalized_shape, [("weight", weight)])
+        check_norm(x, normalized_shape, weight=weight)
         return x.new_empty(x.shape)
 
     @torch.library.register_fake("course::rms_norm_backward")
     def _(grad_y, x, normalized_shape, rstd, weight, output_mask):
-        check_shapes(x, normalized_shape, [("weight", weight)])
-        torch._check(grad_y.shape == x.shape, lambda: f"grad_y must have shape {list(x.shape)}")
-        want_x, want_w = output_mask
-        p = weight.dtype if weight is not None else x.dtype
-        return x.new_empty(x.shape if want_x else (0,)), x.new_empty(normalized_shape if want_w else (0,), dtype=p)
+        check_norm(x, normalized_shape, weight=weight)
+        check_grad(grad_y, x)
+        return norm_grads(x, normalized_shape, output_mask, weight)
 
 
 def reference(x: torch.Tensor, normalized_shape, weight: torch.Tensor | None = None, eps: float | None = None):
     """Eager PyTorch, written out in the math type: the mean of squares, rsqrt, scale (several kernels)."""
     dims = tuple(range(-len(as_shape(normalized_shape)), 0))
-    xf = x.to(_acc_dtype(x.dtype))
+    xf = x.to(acc_dtype(x.dtype))
     if eps is None:
         eps = torch.finfo(xf.dtype).eps
     y = xf * torch.rsqrt(xf.pow(2).mean(dims, keepdim=True) + eps)
