@@ -27,7 +27,16 @@ import torch
 from benchmarks import sweep
 
 HERE = Path(__file__).resolve().parent
-NOT_OPS = {"__init__", "run", "sweep", "loader_times"}
+
+
+def benchmark_names() -> list[str]:
+    """The benchmark modules: those that declare a sweep (SPEC = sweep.Spec(...), or a sweep() function).
+    The other scripts here (loader_times, eager_call, ddp_train, library_table, ...) run on their own."""
+    return sorted(
+        p.stem
+        for p in HERE.glob("*.py")
+        if any(line.startswith(("SPEC =", "SPEC:", "def sweep(")) for line in p.read_text().splitlines())
+    )
 
 
 def machine() -> dict:
@@ -56,7 +65,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ops", default="", help="comma-separated benchmark modules (default: all)")
     ap.add_argument("--quick", action="store_true", help="headline shapes only")
     args = ap.parse_args(argv)
-    names = [n for n in args.ops.split(",") if n] or sorted(p.stem for p in HERE.glob("*.py") if p.stem not in NOT_OPS)
+    names = [n for n in args.ops.split(",") if n] or benchmark_names()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     rows = []
     for name in names:

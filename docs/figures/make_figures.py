@@ -44,6 +44,14 @@ def machine_note(rs: list[dict]) -> str:
     return f"{r['gpu']}, torch {r['torch']}, CUDA {r['cuda']}, {r['date'][:10]}; do_bench medians, L2 flushed"
 
 
+def save(fig, name: str, note: str) -> None:
+    """The machine and source under the figure, then docs/figures/NAME.png."""
+    fig.text(0.5, 0.005, note, ha="center", fontsize=7)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.savefig(HERE / f"{name}.png", dpi=130)
+    plt.close(fig)
+
+
 def ladder() -> None:
     """LayerNorm at 4096x4096: lesson 03's versions against native and torch.compile, % of a copy."""
     rs = rows("layernorm.csv")
@@ -77,10 +85,7 @@ def ladder() -> None:
     axes[0].set_ylabel("% of a same-size copy")
     axes[0].legend(fontsize=8, loc="upper left")
     fig.suptitle("LayerNorm 4096x4096: where the simple kernels stand", fontsize=11)
-    fig.text(0.5, 0.005, machine_note(rs) + " (results/h100/layernorm.csv)", ha="center", fontsize=7)
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
-    fig.savefig(HERE / "ladder.png", dpi=130)
-    plt.close(fig)
+    save(fig, "ladder", machine_note(rs) + " (results/h100/layernorm.csv)")
 
 
 def forward_over_n() -> None:
@@ -114,16 +119,7 @@ def forward_over_n() -> None:
                 ax.set_ylabel("% of a same-size copy")
     axes[0][0].legend(fontsize=8, loc="lower center", ncol=2)
     fig.suptitle("Forward over N at 2^24 elements (dashed: a copy; dotted: the 90 % target)", fontsize=11)
-    fig.text(
-        0.5,
-        0.005,
-        machine_note(rows("rmsnorm.csv")) + " (results/h100/layernorm_grid.csv, rmsnorm.csv)",
-        ha="center",
-        fontsize=7,
-    )
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
-    fig.savefig(HERE / "forward_n.png", dpi=130)
-    plt.close(fig)
+    save(fig, "forward_n", machine_note(rows("rmsnorm.csv")) + " (results/h100/layernorm_grid.csv, rmsnorm.csv)")
 
 
 def backward_sizes() -> None:
@@ -187,21 +183,16 @@ def backward_sizes() -> None:
         ax.set_xscale("log", base=2)
         ax.set_xticks(NS)
         ax.set_xticklabels([str(n) for n in NS], fontsize=7)
-        ax.set_ylim(40, 102)
+        ax.set_ylim(0, 102)
         ax.set_xlabel("N (row length)")
         ax.set_title(f"{title} backward, ours, by size", fontsize=10)
     axes[1].set_ylabel("% of a same-size copy")
     axes[2].legend(fontsize=7, loc="lower right", ncol=2)
-    fig.text(
-        0.5,
-        0.005,
+    save(
+        fig,
+        "backward_size",
         machine_note(rows("layernorm_grid.csv")) + " (results/h100/layernorm_grid.csv, rmsnorm.csv)",
-        ha="center",
-        fontsize=7,
     )
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
-    fig.savefig(HERE / "backward_size.png", dpi=130)
-    plt.close(fig)
 
 
 def small_batches() -> None:
@@ -228,16 +219,7 @@ def small_batches() -> None:
             ax.set_title(f"{title} {op}, bf16", fontsize=10)
     axes[0].set_ylabel("us per call (events around the call)")
     axes[0].legend(fontsize=7)
-    fig.text(
-        0.5,
-        0.005,
-        machine_note(rows("rmsnorm.csv")) + " (results/h100/layernorm_grid.csv, rmsnorm.csv)",
-        ha="center",
-        fontsize=7,
-    )
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
-    fig.savefig(HERE / "small_batches.png", dpi=130)
-    plt.close(fig)
+    save(fig, "small_batches", machine_note(rows("rmsnorm.csv")) + " (results/h100/layernorm_grid.csv, rmsnorm.csv)")
 
 
 def ab_steps() -> None:
