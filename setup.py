@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -144,8 +145,12 @@ def main() -> None:
     config = build_config()
     build = build_dir(config)
     print(f"course_ops: {config} (objects in {build})", flush=True)
+    for staged in build.glob("lib*"):  # what the last build staged for the wheel: a file since removed stays out
+        shutil.rmtree(staged, ignore_errors=True)
     setup(
-        packages=["course_ops", "helpers", "helpers.loader", "helpers.ops"],
+        # One package: the ops' Python side (helpers/ops: fake kernels, autocast rules) ships as course_ops.ops.
+        packages=["course_ops", "course_ops.ops"],
+        package_dir={"course_ops.ops": "helpers/ops"},
         ext_modules=[extension_for(n, config["cuda"], config["debug"]) for n in config["ops"]],
         cmdclass={"build_ext": build_ext_class()},
         options={"build": {"build_base": str(build)}, "egg_info": {"egg_base": str(build)}},

@@ -1,13 +1,15 @@
 """The course's ops, built ahead of time (lesson 06: `pip wheel .` with setup.py). Importing this package loads
 each op's prebuilt library, whose C++ side registers torch.ops.course.NAME (schema, CPU/CUDA/Autograd kernels),
-then adds the Python registrations from helpers/ops/NAME.py (fake kernels, autocast rules). Nothing is compiled:
+then adds the Python registrations from course_ops.ops.NAME (helpers/ops/NAME.py in the course folder: fake
+kernels, autocast rules). Nothing is compiled:
 no nvcc, no ninja, no kernels/ folder needed.
 
     import course_ops                        # torch.ops.course.polynomial(x, coeffs) works from here on
     course_ops.OPS                           # the ops this wheel was built with, e.g. ["polynomial"]
     course_ops.extensions["polynomial"]      # the op's module (its pybind functions: forward, backward, ...)
 
-helpers.ops.extension(NAME) returns these modules once this package is imported, instead of building kernels/.
+helpers.ops.extension(NAME) (and course_ops.ops.extension) returns these modules once this package is imported,
+instead of building kernels/.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ if not OPS:
     )
 extensions = {name: importlib.import_module(f"{__name__}.{name}") for name in OPS}
 
-from helpers import ops as _ops  # noqa: E402  (after `extensions`: helpers.ops.extension looks here)
+from . import ops as _ops  # noqa: E402  (helpers/ops, shipped as course_ops.ops; after `extensions`: extension() looks here)
 
 for _name in OPS:
     importlib.import_module(f"{_ops.__name__}.{_name}").register()

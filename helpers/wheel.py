@@ -103,20 +103,25 @@ def install(wheel: str | Path, target: str | Path) -> Path:
     return target
 
 
-# The program check_installed runs in a new process. It imports course_ops from the installed folder (and so
-# helpers from there too: the course folder is not on sys.path when they are imported), then borrows only the
+# The program check_installed runs in a new process. It imports course_ops from the installed folder (its
+# Python side too, course_ops.ops: the course folder is not on sys.path when they are imported), then borrows only the
 # sample inputs of the course's tests (tests/op_samples.py) to run each packaged op against plain PyTorch and
 # through torch.library.opcheck, on the CPU and on the GPU if there is one.
 _CHECK = r"""
-import json, sys, time
+import importlib, json, sys, time
 t0 = time.perf_counter()
 import torch
 t_torch = time.perf_counter() - t0
 t0 = time.perf_counter()
 import course_ops
 t_import = time.perf_counter() - t0
-import helpers
 sys.path.append(sys.argv[1])  # the course folder, for tests/op_samples.py only: the ops are the wheel's
+import pkgutil, types
+# op_samples imports helpers.ops.*: here those names are the wheel's course_ops.ops.* (one registration each)
+sys.modules["helpers"] = types.ModuleType("helpers")
+sys.modules["helpers.ops"] = sys.modules["helpers"].ops = course_ops.ops
+for info in pkgutil.iter_modules(course_ops.ops.__path__):
+    sys.modules[f"helpers.ops.{info.name}"] = importlib.import_module(f"course_ops.ops.{info.name}")
 from tests import op_samples
 devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 checked = []
@@ -131,7 +136,7 @@ for name, op in op_samples.LIBRARY_OPS.items():
                 torch.testing.assert_close(op.public(*args), op.native(*args), msg=lambda m: f"{name}: {m}")
         checked.append(f"{name} ({device})")
 print(json.dumps({
-    "course_ops": course_ops.__file__, "helpers": helpers.__file__, "ops": course_ops.OPS,
+    "course_ops": course_ops.__file__, "ops_package": course_ops.ops.__file__, "ops": course_ops.OPS,
     "libraries": {n: m.__file__ for n, m in course_ops.extensions.items()},
     "import_torch_s": t_torch, "import_course_ops_s": t_import, "checked": checked,
 }))
@@ -150,14 +155,14 @@ def _fresh_env(site: Path, hide_gpu: bool) -> dict:
 def check_installed(site: str | Path, *, hide_gpu: bool = False) -> dict:
     """In a new Python process with `site` first on sys.path (started in an empty folder, so the course
     folder is not visible): import course_ops, then opcheck every packaged op and compare it with plain
-    PyTorch. Returns what the process reports: where course_ops and helpers were loaded from, the import times,
+    PyTorch. Returns what the process reports: where course_ops and course_ops.ops were loaded from, the import times,
     and the ops and devices checked. Raises WheelError when the process fails."""
     site = Path(site).resolve()
     env = _fresh_env(site, hide_gpu)
     with tempfile.TemporaryDirectory(prefix="course-fresh-") as cwd:
         out = _run([sys.executable, "-c", _CHECK, str(REPO_ROOT)], "the fresh process", env=env, cwd=Path(cwd))
     report = json.loads(out.strip().splitlines()[-1])
-    for what in ("course_ops", "helpers", *report["libraries"].values()):
+    for what in ("course_ops", "ops_package", *report["libraries"].values()):
         path = report.get(what, what)
         if not Path(path).resolve().is_relative_to(site):
             raise WheelError(f"the fresh process loaded {path}, not the installed copy in {site}")
@@ -167,6 +172,7 @@ def check_installed(site: str | Path, *, hide_gpu: bool = False) -> dict:
 _TIME = r"""
 import json, sys
 import torch, course_ops
+sys.path.append(sys.argv[2])  # the course folder, for helpers.bench only (the timer): the op is the wheel's
 from helpers import bench
 n = int(sys.argv[1])
 g = torch.Generator(device="cuda").manual_seed(0)
@@ -187,7 +193,8 @@ def time_polynomial(site: str | Path, numel: int = 1 << 24) -> dict[str, float]:
     polynomial's forward (v1: lesson 01's exercise kernel, v2: the course's) and backward on `numel` floats."""
     site = Path(site).resolve()
     with tempfile.TemporaryDirectory(prefix="course-fresh-") as cwd:
-        out = _run([sys.executable, "-c", _TIME, str(numel)], "timing", env=_fresh_env(site, False), cwd=Path(cwd))
+        cmd = [sys.executable, "-c", _TIME, str(numel), str(REPO_ROOT)]
+        out = _run(cmd, "timing", env=_fresh_env(site, False), cwd=Path(cwd))
     return json.loads(out.strip().splitlines()[-1])
 
 

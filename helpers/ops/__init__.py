@@ -1,5 +1,6 @@
 """The course's finished ops, one module per lesson (helpers/ops/<kernel name>.py), for later lessons,
-tests and benchmarks: each has a plain-PyTorch `reference` and the op the lesson builds.
+tests and benchmarks: each has a plain-PyTorch `reference` and the op the lesson builds. The wheel
+(setup.py) ships this package as course_ops.ops, so nothing here imports the rest of helpers at import time.
 
 From lesson 04 on they are real PyTorch ops, registered with torch.library in the namespace `course`:
 the schema and the CPU, CUDA and Autograd kernels in C++ (kernels/NAME/NAME.cpp, see kernels/common/library.h), and
@@ -18,8 +19,6 @@ import sys
 
 import torch
 
-from .. import loader
-
 NAMESPACE = "course"
 
 
@@ -29,7 +28,43 @@ def extension(name: str):
     Loading it defines its ops in torch.ops.course (the C++ side registers them as the library loads).
     Once the installed package course_ops is imported (lesson 06), its prebuilt module is used instead."""
     prebuilt = getattr(sys.modules.get("course_ops"), "extensions", {})
-    return prebuilt[name] if name in prebuilt else loader.load(name)
+    if name in prebuilt:
+        return prebuilt[name]
+    from .. import loader  # the course folder's builder (in the wheel this package is course_ops.ops: no loader)
+
+    return loader.load(name)
+
+
+# What `version=` means for every op's Python function (polynomial, layer_norm, rms_norm, ...): None, the
+# default, is the registered op torch.ops.course.NAME; N runs the lesson's ladder, forward vN and backward vN
+# (the ladder's last backward where it has no vN), through the lesson's Python autograd.Function over the
+# op's pybind11 module (ext.forward/ext.backward with a version: the lessons' ladders).
+VERSION_DOC = "version=None: torch.ops.course.{op}; version=N: the lesson's forward vN and backward vN (or its last)"
+
+
+def backward_version(version: int, last: int) -> int:
+    """The backward rung that `version` runs: vN, or the ladder's last backward where it has no vN."""
+    return min(version, last)
+
+
+# Eager calls that go through the op module's pybind11 binding of the same registered op (the module's
+# function of the op's name, which calls the dispatcher from C++) instead of torch.ops.course.NAME. Only where
+# measured to save CPU time per call (benchmarks.eager_call); the reason beside each. torch.compile always sees
+# torch.ops (Dynamo cannot look into a pybind function).
+EAGER_BINDING: dict[str, str] = {
+    "layer_norm": "layernorm",
+    "rms_norm": "rmsnorm",
+    "add_rms_norm": "add_norm",
+    "add_layer_norm": "add_norm",
+}
+
+
+def call(op: str, *args, ext=None):
+    """torch.ops.course.OP(*args), every op's one public surface; in eager mode through the binding where
+    EAGER_BINDING says so, or through `ext` (a module from loader.load: its own build of the op)."""
+    if ext is None and (op not in EAGER_BINDING or torch.compiler.is_compiling()):
+        return getattr(torch.ops.course, op)(*args)
+    return getattr(ext or extension(EAGER_BINDING[op]), op)(*args)
 
 
 def as_shape(normalized_shape) -> tuple[int, ...]:

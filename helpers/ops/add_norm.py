@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from . import as_shape, extension, once
+from . import as_shape, call, extension, once
 from .shapes import check_norm, norm_grads, row_stats
 
 
@@ -97,10 +97,7 @@ def add_rms_norm(x, residual, normalized_shape, weight=None, eps=None):
     differentiable in x, residual and weight, through y and h."""
     register()
     x, residual = _promoted(x, residual)
-    shape = as_shape(normalized_shape)
-    if torch.compiler.is_compiling():
-        return torch.ops.course.add_rms_norm(x, residual, shape, weight, eps)
-    return extension("add_norm").add_rms_norm(x, residual, list(shape), weight, eps)
+    return call("add_rms_norm", x, residual, as_shape(normalized_shape), weight, eps)
 
 
 def add_layer_norm(x, residual, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
@@ -108,10 +105,7 @@ def add_layer_norm(x, residual, normalized_shape, weight=None, bias=None, eps: f
     each way; differentiable in x, residual, weight and bias, through y and h."""
     register()
     x, residual = _promoted(x, residual)
-    shape = as_shape(normalized_shape)
-    if torch.compiler.is_compiling():
-        return torch.ops.course.add_layer_norm(x, residual, shape, weight, bias, eps)
-    return extension("add_norm").add_layer_norm(x, residual, list(shape), weight, bias, eps)
+    return call("add_layer_norm", x, residual, as_shape(normalized_shape), weight, bias, eps)
 
 
 def reference_rms(x, residual, normalized_shape, weight=None, eps=None):

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from . import as_shape, extension, once
+from . import as_shape, backward_version, call, extension, once
 from .shapes import check_grad, check_norm, norm_grads, row_stats
 
 
@@ -68,13 +68,13 @@ class LayerNormFunction(torch.autograd.Function):
     def forward(ctx, x, weight, bias, eps, ext, version):
         y, mean, rstd = ext.forward(x, weight, bias, eps, version)
         ctx.save_for_backward(x, weight, mean, rstd)
-        ctx.ext = ext
+        ctx.ext, ctx.version = ext, version
         return y
 
     @staticmethod
     def backward(ctx, grad_y):
         x, weight, mean, rstd = ctx.saved_tensors
-        grad_x, grad_w, grad_b = ctx.ext.backward(grad_y, x, mean, rstd, weight, 2)
+        grad_x, grad_w, grad_b = ctx.ext.backward(grad_y, x, mean, rstd, weight, backward_version(ctx.version, 2))
         need = ctx.needs_input_grad
         return (
             (grad_x if need[0] else None),
@@ -93,25 +93,22 @@ def layer_norm(
     eps: float = 1e-5,
     *,
     ext=None,
-    version: int = 3,
+    version: int | None = None,
 ) -> torch.Tensor:
     """LayerNorm of x over its last dimension; differentiable in x, weight and bias.
 
-    Version 3 is torch.ops.course.layer_norm (forward v3 and backward v2, autograd in C++: the least CPU time
-    per call; works under torch.compile and autocast; weight and bias may be None). Versions 1 and 2 go
-    through the Python `LayerNormFunction` with that forward version; `ext` (a module from loader.load) runs
-    that module's kernels (version 3: its binding of the same registered op)."""
-    if version == 3:
+    version=None (the default) is torch.ops.course.layer_norm (forward v3 and backward v2, autograd in C++:
+    the least CPU time per call; works under torch.compile and autocast; weight and bias may be None); `ext`
+    (a module from loader.load) calls its own build of that op. version=1, 2 or 3 runs lesson 03's ladder,
+    forward vN and backward vN (v2 for version 3: the ladder's last), through the Python LayerNormFunction."""
+    if version is None:
         if ext is None:
             register()
-            if torch.compiler.is_compiling():  # what torch.compile traces: the op itself
-                return torch.ops.course.layer_norm(x, x.shape[-1:], weight, bias, eps)
-            ext = extension("layernorm")
-        return _eager_call(ext, x, list(x.shape[-1:]), weight, bias, eps)
+        return call("layer_norm", x, tuple(x.shape[-1:]), weight, bias, eps, ext=ext)
     if weight is None or bias is None:
         raise ValueError(
             f"layer_norm version {version} (lesson 03's Python Function) takes weight and bias tensors; "
-            "None for either needs version 3 (the registered op)"
+            "None for either needs version=None (the registered op)"
         )
     return LayerNormFunction.apply(x, weight, bias, eps, ext or extension("layernorm"), version)
 
@@ -126,21 +123,7 @@ def layer_norm_like_native(
     """``F.layer_norm(x, normalized_shape, weight, bias, eps)`` on our kernels: x is normalized over its
     trailing dimensions normalized_shape (an int or a sequence); weight and bias have that shape, or None."""
     register()
-    if torch.compiler.is_compiling():
-        return torch.ops.course.layer_norm(x, as_shape(normalized_shape), weight, bias, eps)
-    return _eager_call(extension("layernorm"), x, list(as_shape(normalized_shape)), weight, bias, eps)
-
-
-def _eager_call(ext, x, normalized_shape: list[int], weight, bias, eps):
-    """course::layer_norm in eager mode, through the module's pybind11 binding, which calls the same
-    registered op from C++ (its dispatcher entry, autograd included). On an H100 host (64x1024
-    bf16, CPU time per call): a forward through the binding 24 us, as native's, against 28-29 us through
-    torch.ops (a boxed call: each argument converted to an IValue and matched against the schema); a
-    forward+autograd.grad step 174 us through the binding, 175 us through torch.ops with a tuple shape, and
-    196 us through torch.ops with x.shape[-1:] as the shape. (These are CPU times: the routing's effect on the
-    GPU time is not measured.) Under torch.compile the callers use torch.ops, which Dynamo sees into; it
-    cannot see into a pybind function."""
-    return ext.layer_norm(x, normalized_shape, weight, bias, eps)
+    return call("layer_norm", x, as_shape(normalized_shape), weight, bias, eps)
 
 
 class LayerNorm(torch.nn.Module):

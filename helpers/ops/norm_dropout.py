@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from . import as_shape, extension, once
+from . import as_shape, call, extension, once
 from . import dropout as _dropout
 from . import rmsnorm as _rmsnorm
 from .shapes import check_grad, check_norm, norm_grads, row_stats
@@ -76,8 +76,8 @@ def rms_norm_dropout(
     x and weight; the mask from `generator` (on x's device) or the default generator of x's device."""
     _dropout.check_p(p)
     register()
-    shape = list(as_shape(normalized_shape))
-    return torch.ops.course.rms_norm_dropout(x, shape, weight, eps, float(p), bool(train), generator)[0]
+    shape = as_shape(normalized_shape)
+    return call("rms_norm_dropout", x, shape, weight, eps, float(p), bool(train), generator)[0]
 
 
 def reference(x: torch.Tensor, normalized_shape, weight=None, eps=None, p: float = 0.5, train: bool = True):

@@ -2,14 +2,14 @@
 and (lesson 04) the real PyTorch op torch.ops.course.polynomial.
 
     y = polynomial(x, coeffs)             # torch.ops.course.polynomial: autograd in C++, torch.compile-able
-    y = polynomial(x, coeffs, version=1)  # lesson 01's Python autograd.Function over forward v1
+    y = polynomial(x, coeffs, version=1)  # lesson 01's Python autograd.Function over forward and backward v1
 """
 
 from __future__ import annotations
 
 import torch
 
-from . import extension, once
+from . import backward_version, call, extension, once
 
 
 @once
@@ -52,23 +52,22 @@ class Polynomial(torch.autograd.Function):
     def backward(ctx, grad_y):
         x, coeffs = ctx.saved_tensors
         need_x, need_coeffs = ctx.needs_input_grad[:2]
-        grad_x, grad_coeffs = ctx.ext.backward(grad_y, x, coeffs, need_coeffs, 2)
+        grad_x, grad_coeffs = ctx.ext.backward(grad_y, x, coeffs, need_coeffs, backward_version(ctx.version, 2))
         if grad_coeffs is not None:
             grad_coeffs = grad_coeffs.to(coeffs.dtype)
         return (grad_x if need_x else None), grad_coeffs, None, None
 
 
-def polynomial(x: torch.Tensor, coeffs: torch.Tensor, *, ext=None, version: int = 2) -> torch.Tensor:
+def polynomial(x: torch.Tensor, coeffs: torch.Tensor, *, ext=None, version: int | None = None) -> torch.Tensor:
     """y = a*x^3 + b*x^2 + c*x + d with coeffs = [a, b, c, d]; differentiable in x and coeffs.
 
-    Version 2 is torch.ops.course.polynomial (autograd in C++: the least CPU time per call; works under
-    torch.compile). Version 1 goes through the Python `Polynomial` Function with forward v1; `ext` (a module
-    from loader.load) runs that module's kernels through the same Function."""
-    if version == 2:
-        if ext is not None:  # that module's binding: the same registered op, called from C++
-            return ext.polynomial(x, coeffs)
-        register()
-        return torch.ops.course.polynomial(x, coeffs)
+    version=None (the default) is torch.ops.course.polynomial (autograd in C++: the least CPU time per call;
+    works under torch.compile); `ext` (a module from loader.load) calls its own build of that op. version=1
+    or 2 runs lesson 01's ladder, forward vN and backward vN, through the Python `Polynomial` Function."""
+    if version is None:
+        if ext is None:
+            register()
+        return call("polynomial", x, coeffs, ext=ext)
     return Polynomial.apply(x, coeffs, ext or extension("polynomial"), version)
 
 

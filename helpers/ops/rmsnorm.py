@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from . import as_shape, extension, once
+from . import as_shape, backward_version, call, extension, once
 from .shapes import acc_dtype, check_grad, check_norm, norm_grads, row_stats
 
 
@@ -75,7 +75,7 @@ class RmsNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_y):
         x, weight, rstd = ctx.saved_tensors
-        grad_x, grad_w = ctx.ext.backward(grad_y, x, rstd, weight, ctx.version)
+        grad_x, grad_w = ctx.ext.backward(grad_y, x, rstd, weight, backward_version(ctx.version, 2))
         need = ctx.needs_input_grad
         return (grad_x if need[0] else None), (grad_w if need[1] else None), None, None, None
 
@@ -91,15 +91,14 @@ def rms_norm(
 ) -> torch.Tensor:
     """``F.rms_norm(x, normalized_shape, weight, eps)`` on our kernels, differentiable in x and weight.
 
-    By default torch.ops.course.rms_norm (forward v2, backward v2, autograd in C++; works under
-    torch.compile and autocast). version=1 or 2 goes through the lesson's Python RmsNormFunction with that
-    version's kernels for both directions (over the last dimension only)."""
+    version=None (the default) is torch.ops.course.rms_norm (forward v2, backward v2, autograd in C++; works
+    under torch.compile and autocast); `ext` (a module from loader.load) calls its own build of that op.
+    version=1 or 2 runs lesson 05's ladder, forward vN and backward vN, through the Python RmsNormFunction
+    (over the last dimension only)."""
     shape = as_shape(normalized_shape)
     if version is None:
         register()
-        if torch.compiler.is_compiling():  # what torch.compile traces: the op itself
-            return torch.ops.course.rms_norm(x, shape, weight, eps)
-        return (ext or extension("rmsnorm")).rms_norm(x, list(shape), weight, eps)
+        return call("rms_norm", x, shape, weight, eps, ext=ext)
     if len(shape) != 1:
         raise ValueError(f"rms_norm version {version} normalizes the last dimension only, got normalized_shape {shape}")
     return RmsNormFunction.apply(x, weight, eps, ext or extension("rmsnorm"), version)

@@ -108,8 +108,8 @@ def test_the_wheel_holds_the_op_and_its_python_side_and_pins_torch(built):
         names = z.namelist()
         metadata = next(z.read(n).decode() for n in names if n.endswith(".dist-info/METADATA"))
     assert any(n.startswith("course_ops/polynomial.") and n.endswith(".so") for n in names)
-    assert "helpers/ops/polynomial.py" in names and "course_ops/__init__.py" in names
-    assert not any(n.startswith(("kernels/", "tests/", "notebooks/")) for n in names)
+    assert "course_ops/ops/polynomial.py" in names and "course_ops/__init__.py" in names
+    assert not any(n.startswith(("kernels/", "tests/", "notebooks/", "helpers/")) for n in names), "one package"
     assert "Requires-Dist: torch==2.11.*" in metadata
 
 
