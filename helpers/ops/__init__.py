@@ -67,6 +67,16 @@ def call(op: str, *args, ext=None):
     return getattr(ext or extension(EAGER_BINDING[op]), op)(*args)
 
 
+def op_modules() -> list[str]:
+    """The modules of this package that are ops (they have a register()): polynomial, layernorm, ...; not the
+    helpers they share (shapes)."""
+    import importlib
+    import pkgutil
+
+    names = sorted(m.name for m in pkgutil.iter_modules(__path__))
+    return [n for n in names if hasattr(importlib.import_module(f"{__name__}.{n}"), "register")]
+
+
 def as_shape(normalized_shape) -> tuple[int, ...]:
     """A norm's normalized_shape as native takes it (an int, or a sequence of ints) as a tuple."""
     if isinstance(normalized_shape, numbers.Integral):

@@ -425,7 +425,7 @@ COURSE_LIBRARY(m) {
          "mean, "
          "Tensor rstd, Tensor? weight, Tensor? bias, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
 }
-TORCH_LIBRARY_IMPL(course, CPU, m) {
+COURSE_IMPL_CPU_CUDA(m) {
   m.impl("add_rms_norm", &add_rms_norm_kernel);
   m.impl("add_rms_norm_forward", &add_rms_norm_forward_kernel);
   m.impl("add_rms_norm_backward", &add_rms_norm_backward_kernel);
@@ -433,16 +433,6 @@ TORCH_LIBRARY_IMPL(course, CPU, m) {
   m.impl("add_layer_norm_forward", &add_layer_norm_forward_kernel);
   m.impl("add_layer_norm_backward", &add_layer_norm_backward_kernel);
 }
-#ifdef WITH_CUDA
-TORCH_LIBRARY_IMPL(course, CUDA, m) {
-  m.impl("add_rms_norm", &add_rms_norm_kernel);
-  m.impl("add_rms_norm_forward", &add_rms_norm_forward_kernel);
-  m.impl("add_rms_norm_backward", &add_rms_norm_backward_kernel);
-  m.impl("add_layer_norm", &add_layer_norm_kernel);
-  m.impl("add_layer_norm_forward", &add_layer_norm_forward_kernel);
-  m.impl("add_layer_norm_backward", &add_layer_norm_backward_kernel);
-}
-#endif
 TORCH_LIBRARY_IMPL(course, Autograd, m) {
   m.impl("add_rms_norm", &add_rms_norm_autograd);
   m.impl("add_layer_norm", &add_layer_norm_autograd);

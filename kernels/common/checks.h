@@ -19,8 +19,8 @@
 
 // The torch headers the glue needs, not <torch/extension.h>: that one adds torch's whole C++ frontend
 // (torch/all.h: nn, optim, data loaders, serialization), which no op here uses and which costs each .cpp
-// ~1.5 s more to load, precompiled or not (helpers/loader.py's PCH_HEADER precompiles the same list).
-// Nor pybind11: only the file that binds the Python module (PYBIND11_MODULE) includes
+// ~1.5 s more to load, precompiled or not (helpers/loader/toolchain.py's PCH_HEADER precompiles the same
+// list). Nor pybind11: only the file that binds the Python module (PYBIND11_MODULE) includes
 // <torch/csrc/utils/pybind.h>, since every file that includes it compiles pybind11's inline functions.
 #include <ATen/ATen.h>
 #include <ATen/OpMathType.h>

@@ -3,6 +3,7 @@
 //
 //   COURSE_LIBRARY(m) { define(m, "polynomial(Tensor x, Tensor coeffs) -> Tensor"); }  the schemas
 //   TORCH_LIBRARY_IMPL(course, CPU, m) { m.impl("polynomial", &forward); }          the kernels, as usual
+//   COURSE_IMPL_CPU_CUDA(m) { m.impl("square", &square_kernel); }   the same kernels for CPU and CUDA, once
 //   op<Signature>("polynomial").call(x, coeffs)   call an op through the dispatcher (an autograd
 //                                                 Function's forward/backward, below the Autograd key)
 //
@@ -25,9 +26,9 @@
 //     torch::autograd::set_history(y, node);                      y's grad_fn
 //   }
 // and MyBackward::apply(grads) returns one gradient per edge (should_compute_output(i): whether edge i wants
-// one). Measured on layernorm.cpp (2026-11-26): its first build ~1 s shorter at -O1 (3 s at -O3), and the
-// eager step's CPU time about native's instead of ~9 % above it; what it does not do (forward-mode AD),
-// check_no_forward_ad() below refuses, as Function<T> does.
+// one). For course::layer_norm that makes the first build ~1 s shorter at -O1 (3 s at -O3) than with
+// Function<T>, and the eager step's CPU time about native's instead of ~9 % above it. What it does not do
+// (forward-mode AD), check_no_forward_ad() below refuses, as Function<T> does.
 #pragma once
 
 #include <torch/autograd.h>
@@ -41,6 +42,25 @@
 
 #define COURSE_NAMESPACE "course"
 #define COURSE_LIBRARY(m) TORCH_LIBRARY_FRAGMENT(course, m)
+
+// COURSE_IMPL_CPU_CUDA(m) { m.impl("square", &square_kernel); ... }: an op whose kernels take CPU and CUDA
+// tensors alike registers the same list under both dispatch keys. This macro writes the list once and expands
+// to the two blocks lesson 04 reads in kernels/polynomial/polynomial.cpp,
+//   TORCH_LIBRARY_IMPL(course, CPU, m) { course_cpu_cuda_kernels(m); }
+//   TORCH_LIBRARY_IMPL(course, CUDA, m) { course_cpu_cuda_kernels(m); }   in a build with CUDA only
+// where course_cpu_cuda_kernels is the function whose body follows the macro (so, once per .cpp file). An op
+// whose devices take different kernels writes its blocks out.
+#define COURSE_IMPL_CPU_CUDA(m)                                      \
+  static void course_cpu_cuda_kernels(torch::Library& m);            \
+  TORCH_LIBRARY_IMPL(course, CPU, m) { course_cpu_cuda_kernels(m); } \
+  COURSE_IMPL_ON_CUDA(m)                                             \
+  static void course_cpu_cuda_kernels(torch::Library& m)
+#ifdef WITH_CUDA
+#define COURSE_IMPL_ON_CUDA(m) \
+  TORCH_LIBRARY_IMPL(course, CUDA, m) { course_cpu_cuda_kernels(m); }
+#else
+#define COURSE_IMPL_ON_CUDA(m)
+#endif
 
 // m.def(schema, tags) unless this process already has the op (from an earlier build of the same op). tags:
 // e.g. {at::Tag::nondeterministic_seeded} for a random op (kernels/dropout/dropout.cpp).

@@ -8,7 +8,7 @@
 // PyTorch's CUDA ops use (through curand) and PyTorch's CUDA generator hands out (seed, offset) for it.
 //
 //   philox4x32_10(ctr, key) -> Words4        the raw function (Salmon et al., SC'11; Random123's
-//                                             known-answer vectors hold: tests/test_dropout.py)
+//                                             known-answer vectors hold: tests/ops/test_dropout.py)
 //   draw4(seed, offset, group) -> Words4     the 4 words of element group `group` (elements 4g .. 4g+3):
 //                                             counter {offset / 4 (64 bits), group (64 bits)}, key seed.
 //                                             The same words as curand_init(seed, group, offset) + curand4()

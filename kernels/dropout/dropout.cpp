@@ -224,16 +224,10 @@ COURSE_LIBRARY(m) {
          {at::Tag::nondeterministic_seeded});
   define(m, "dropout_backward(Tensor grad_y, Tensor rng_state, float p) -> Tensor");
 }
-TORCH_LIBRARY_IMPL(course, CPU, m) {
+COURSE_IMPL_CPU_CUDA(m) {
   m.impl("dropout", &dropout_kernel);
   m.impl("dropout_backward", &dropout_backward_kernel);
 }
-#ifdef WITH_CUDA
-TORCH_LIBRARY_IMPL(course, CUDA, m) {
-  m.impl("dropout", &dropout_kernel);
-  m.impl("dropout_backward", &dropout_backward_kernel);
-}
-#endif
 TORCH_LIBRARY_IMPL(course, Autograd, m) { m.impl("dropout", &dropout_autograd); }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {

@@ -4,8 +4,8 @@
 //
 //   dropout_mask_exercise(x, y, seed, offset, group, p)   the exercise on one group of 4 (float or double),
 //                                                          on the CPU (dropout_mask.exercises.cpp)
-//   dropout_mask_v1(x, y, n, seed, offset, p, stream)      one thread per group of 4
-//   (dropout_mask.exercises.cu)
+//   dropout_mask_v1(x, y, n, seed, offset, p, stream)      one thread per group of 4 on the GPU
+//                                                          (dropout_mask.exercises.cu)
 #pragma once
 
 #include <cstdint>

@@ -9,8 +9,8 @@
 // the dispatcher, below the Autograd key: under torch.compile the tensors are fake, and the dispatcher sends
 // them to the fake kernels (helpers/ops/fused_bias_relu.py) instead of ours. So this file needs nothing of
 // fused_bias_relu.cpp but the ops' names and signatures, and it is a file of its own for the build: the
-// loader compiles an op's files in parallel, and this one does not include pybind11 (a further op's first
-// build on the 16-core H100 hosts: the one glue file took 12.6 s; see results/h100/).
+// loader compiles an op's files in parallel, and this one does not include pybind11 (the glue's first build
+// on 2 cores, with the precompiled headers: 5.0 s split in two, 8.3 s as one file).
 #include <torch/autograd.h>
 
 #include <tuple>

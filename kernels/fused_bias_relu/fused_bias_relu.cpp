@@ -457,20 +457,12 @@ COURSE_LIBRARY(m) {
          "(Tensor, Tensor)");
   define(m, "fused_bias_relu_(Tensor(a!) x, Tensor bias, float scale) -> ()");
 }
-TORCH_LIBRARY_IMPL(course, CPU, m) {
+COURSE_IMPL_CPU_CUDA(m) {
   m.impl("fused_bias_relu", &fused_bias_relu_kernel);
   m.impl("fused_bias_relu_bits", &fused_bias_relu_bits_kernel);
   m.impl("fused_bias_relu_backward_bits", &fused_bias_relu_backward_bits_kernel);
   m.impl("fused_bias_relu_", &fused_bias_relu_inplace_kernel);
 }
-#ifdef WITH_CUDA
-TORCH_LIBRARY_IMPL(course, CUDA, m) {
-  m.impl("fused_bias_relu", &fused_bias_relu_kernel);
-  m.impl("fused_bias_relu_bits", &fused_bias_relu_bits_kernel);
-  m.impl("fused_bias_relu_backward_bits", &fused_bias_relu_backward_bits_kernel);
-  m.impl("fused_bias_relu_", &fused_bias_relu_inplace_kernel);
-}
-#endif
 // Lesson 02's differentiable binding, in fused_bias_relu.autograd.cpp with the autograd Functions.
 at::Tensor fused_bias_relu(const at::Tensor& x, const at::Tensor& bias, double scale, bool save_bits);
 

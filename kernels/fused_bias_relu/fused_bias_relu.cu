@@ -3,8 +3,7 @@
 // x is [rows, cols] (any [..., C] tensor, flattened), bias is [cols], scale a number. One kernel reads x
 // once and writes y once, where native PyTorch runs three (mul, add, relu). Backward: grad_x = grad_y *
 // scale * relu'(z), element-wise, and grad_bias = the sum over the rows of grad_y * relu'(z), a reduction.
-// The versions, in the order lesson 02 builds them (numbers never change; the measurements and what was
-// tried are in results/h100/fused_bias_relu_history.md):
+// The versions (kernel / launcher), in the order lesson 02 builds them; numbers never change:
 //
 //   forward v1   forward_v1_kernel / fbr_forward_v1: one thread per element, bias column i % cols. Right,
 //                but a 64-bit modulo and a sizeof(T) load per element.

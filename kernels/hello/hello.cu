@@ -1,5 +1,8 @@
 // kernels/hello/hello.cu: the smallest useful CUDA extension (lesson 00's first compile): y = x + 1.
-// One version: one thread per element. No torch headers here, so nvcc compiles it in about a second.
+//
+//   add_one_kernel / add_one_cuda   one thread per element (the only version)
+//
+// No torch headers here, so nvcc compiles it in about a second.
 #include "common/common.h"
 
 namespace {

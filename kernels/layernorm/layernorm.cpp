@@ -330,18 +330,11 @@ COURSE_LIBRARY(m) {
          "layer_norm_backward(Tensor grad_y, Tensor x, SymInt[] normalized_shape, Tensor mean, Tensor rstd, "
          "Tensor? weight, Tensor? bias, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
 }
-TORCH_LIBRARY_IMPL(course, CPU, m) {
+COURSE_IMPL_CPU_CUDA(m) {
   m.impl("layer_norm", &layer_norm_kernel);
   m.impl("layer_norm_forward", &layer_norm_forward_kernel);
   m.impl("layer_norm_backward", &layer_norm_backward_kernel);
 }
-#ifdef WITH_CUDA
-TORCH_LIBRARY_IMPL(course, CUDA, m) {
-  m.impl("layer_norm", &layer_norm_kernel);
-  m.impl("layer_norm_forward", &layer_norm_forward_kernel);
-  m.impl("layer_norm_backward", &layer_norm_backward_kernel);
-}
-#endif
 // The registered op called from C++, for lessons that hold the pybind11 module (layernorm.autograd.cpp).
 at::Tensor layer_norm(const at::Tensor& x, std::vector<int64_t> normalized_shape,
                       const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,

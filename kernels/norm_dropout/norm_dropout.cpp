@@ -27,8 +27,8 @@
 //     the dispatcher (two ops, so their modules must be loaded: helpers/ops/norm_dropout.py's register()
 //     does that), which writes and reads the masked grad_y once more: 5*M*N elements. v2 keeps the masked
 //     grad_y in the math type instead of rounding it to x's dtype, so float16/bfloat16 gradients differ from
-//     v1's by that rounding. On the H100 (2026-11-26, results/h100/norm_dropout_2026-11-26.csv) v2 ran at
-//     83 % of a copy against v1's 54 % (float32 4096x4096), 57 % against 49 % (bfloat16).
+//     v1's by that rounding. On the H100 v2 runs at 83 % of a copy against v1's 54 % (float32 4096 x 4096),
+//     57 % against 49 % (bfloat16).
 //
 // The pybind11 module (the lesson's), over the last dimension: forward(x, weight, eps=None, p=0.5,
 // train=True, version=1) -> [y, rstd, rng_state]; backward(grad_y, x, rstd, weight, rng_state, p, version=2)
@@ -390,16 +390,10 @@ COURSE_LIBRARY(m) {
          "rms_norm_dropout_backward(Tensor grad_y, Tensor x, SymInt[] normalized_shape, Tensor rstd, Tensor? "
          "weight, Tensor rng_state, float p, bool[2] output_mask) -> (Tensor, Tensor)");
 }
-TORCH_LIBRARY_IMPL(course, CPU, m) {
+COURSE_IMPL_CPU_CUDA(m) {
   m.impl("rms_norm_dropout", &rms_norm_dropout_kernel);
   m.impl("rms_norm_dropout_backward", &rms_norm_dropout_backward_kernel);
 }
-#ifdef WITH_CUDA
-TORCH_LIBRARY_IMPL(course, CUDA, m) {
-  m.impl("rms_norm_dropout", &rms_norm_dropout_kernel);
-  m.impl("rms_norm_dropout_backward", &rms_norm_dropout_backward_kernel);
-}
-#endif
 TORCH_LIBRARY_IMPL(course, Autograd, m) { m.impl("rms_norm_dropout", &rms_norm_dropout_autograd); }
 
 // The lesson's function (the pybind11 module): over the last dimension, through the op (differentiable).

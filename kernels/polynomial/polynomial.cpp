@@ -245,6 +245,7 @@ COURSE_LIBRARY(m) {
          "polynomial_backward(Tensor grad_y, Tensor x, Tensor coeffs, bool need_coeffs_grad) -> (Tensor, "
          "Tensor)");
 }
+// CPU and CUDA take the same kernels; the other ops write these two blocks once, as COURSE_IMPL_CPU_CUDA.
 TORCH_LIBRARY_IMPL(course, CPU, m) {
   m.impl("polynomial", &polynomial_kernel);
   m.impl("polynomial_backward", &polynomial_backward_kernel);

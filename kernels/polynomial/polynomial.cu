@@ -13,9 +13,10 @@
 //   backward v2  backward_v2_kernel + sum_partials_kernel / poly_backward_v2: 16-byte Packs, two per
 //                thread in flight, and the coefficient gradients summed in the same pass (per block,
 //                then by one block in a fixed order): no second pass, no atomics, the same bits every run.
+//                poly_backward_v2_blocks sizes the partial-sum buffer the .cpp allocates.
 //
-// Everything is computed in Acc<T> (float, double for double inputs) and stored as T. Measurements:
-// benchmarks/polynomial.py, results in results/.
+// Everything is computed in Acc<T> (float, double for double inputs) and stored as T. Timed by
+// benchmarks/polynomial.py.
 #include "polynomial.h"
 
 namespace {

@@ -270,18 +270,11 @@ COURSE_LIBRARY(m) {
          "rms_norm_backward(Tensor grad_y, Tensor x, SymInt[] normalized_shape, Tensor rstd, Tensor? weight, "
          "bool[2] output_mask) -> (Tensor, Tensor)");
 }
-TORCH_LIBRARY_IMPL(course, CPU, m) {
+COURSE_IMPL_CPU_CUDA(m) {
   m.impl("rms_norm", &rms_norm_kernel);
   m.impl("rms_norm_forward", &rms_norm_forward_kernel);
   m.impl("rms_norm_backward", &rms_norm_backward_kernel);
 }
-#ifdef WITH_CUDA
-TORCH_LIBRARY_IMPL(course, CUDA, m) {
-  m.impl("rms_norm", &rms_norm_kernel);
-  m.impl("rms_norm_forward", &rms_norm_forward_kernel);
-  m.impl("rms_norm_backward", &rms_norm_backward_kernel);
-}
-#endif
 TORCH_LIBRARY_IMPL(course, Autograd, m) { m.impl("rms_norm", &rms_norm_autograd); }
 TORCH_LIBRARY_IMPL(course, AutocastCUDA, m) { m.impl("rms_norm", &rms_norm_autocast_cuda); }
 

@@ -141,16 +141,10 @@ COURSE_LIBRARY(m) {
   define(m, "square(Tensor x) -> Tensor");
   define(m, "square_backward(Tensor grad_y, Tensor x) -> Tensor");
 }
-TORCH_LIBRARY_IMPL(course, CPU, m) {
+COURSE_IMPL_CPU_CUDA(m) {
   m.impl("square", &square_kernel);
   m.impl("square_backward", &square_backward_kernel);
 }
-#ifdef WITH_CUDA
-TORCH_LIBRARY_IMPL(course, CUDA, m) {
-  m.impl("square", &square_kernel);
-  m.impl("square_backward", &square_backward_kernel);
-}
-#endif
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "y = x * x as a C++ autograd Function (lesson 02's exercise): version 1 is yours, 2 the course's";

@@ -4,9 +4,8 @@
 // raw pointers and a stream, T is float, double, __half or __nv_bfloat16.
 //
 //   square_forward_cpu / square_backward_cpu   Part 1 (yours), float and double
-//   square_forward_v1 / square_backward_v1     your Part 2 kernels, one thread per element
-//   (square.exercises.cu) square_forward_v2 / square_backward_v2     the course's: one 16-byte Pack per
-//   thread (square.cu)
+//   square_forward_v1 / square_backward_v1     Part 2 (yours): one thread per element (square.exercises.cu)
+//   square_forward_v2 / square_backward_v2     the course's: one 16-byte Pack per thread (square.cu)
 #pragma once
 
 #include <cstdint>

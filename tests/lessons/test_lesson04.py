@@ -139,8 +139,8 @@ def test_kernels_lists_the_dispatch_table_and_a_missing_fake(capsys, square_ext)
     library.kernels("course::polynomial")
     library.kernels("course::square")
     out = capsys.readouterr().out
-    assert re.search(r"CPU +kernels/polynomial\.cpp:\d+", out)
-    assert re.search(r"Autograd\[alias\] +kernels/polynomial\.cpp:\d+", out)
+    assert re.search(r"CPU +kernels/polynomial/polynomial\.cpp:\d+", out)
+    assert re.search(r"Autograd\[alias\] +kernels/polynomial/polynomial\.cpp:\d+", out)
     assert out.count("no fake kernel yet") == 1 and out.index("no fake kernel yet") > out.index("course::square(")
 
 

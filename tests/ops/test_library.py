@@ -26,6 +26,7 @@ import pytest
 import torch
 
 from helpers import check, env, library, loader
+from helpers.ops import op_modules
 from tests import op_samples
 from tests.conftest import CUDA, needs_gpu
 
@@ -88,7 +89,7 @@ def test_every_op_a_finished_op_defines_has_library_samples():
     """A schema that a finished op's kernels/<op>/<op>.cpp defines (define(m, "name(...") or m.def("name(...");
     the finished ops are helpers/ops/<op>.py) gets its entry in tests/op_samples.py's LIBRARY_OPS, so that
     opcheck and the tests below cover it; and every entry there is defined."""
-    finished = {p.stem for p in (env.REPO_ROOT / "helpers" / "ops").glob("*.py")} - {"__init__"}
+    finished = op_modules()
     defined = set()
     for name in finished:
         src = env.KERNELS / name / f"{name}.cpp"

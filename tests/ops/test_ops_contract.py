@@ -5,12 +5,12 @@ with a message naming the argument. The ops, their samples and their bad calls: 
 What is particular to one op (versions at awkward sizes, memory, determinism) stays in tests/test_<op>.py."""
 
 import re
-from pathlib import Path
 
 import pytest
 import torch
 
 from helpers import check
+from helpers.ops import op_modules
 from tests import op_samples
 from tests.conftest import load_solutions
 
@@ -133,5 +133,5 @@ def test_op_refuses_a_bad_argument_naming_it(device, name, bad):
 
 def test_every_finished_op_has_its_samples_here():
     """A new op in helpers/ops/ gets its entry in tests/op_samples.py: the contract covers every op."""
-    ops = {p.stem for p in (Path(__file__).resolve().parents[2] / "helpers" / "ops").glob("*.py")} - {"__init__"}
+    ops = set(op_modules())
     assert ops == set(op_samples.OPS), f"ops without samples: {sorted(ops - set(op_samples.OPS))}"
