@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from . import extension, once
+from . import call, extension, once
 
 SAVES = ("input", "output", "mask", "bits")
 FLOATING = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
@@ -191,10 +191,9 @@ def fused_bias_relu(x, bias, scale: float = 1.0, *, save: str = "bits", ext=None
     FusedBiasRelu. `ext` (a module from loader.load) runs that module's kernels (its `fused_bias_relu`
     binding calls the registered op). Mixed floating dtypes give native's dtype."""
     if save == "bits":
-        if ext is not None:
-            return ext.fused_bias_relu(x, bias, float(scale), True)
-        register()
-        return torch.ops.course.fused_bias_relu(x, bias, float(scale))
+        if ext is None:
+            register()
+        return call("fused_bias_relu", x, bias, float(scale), ext=ext)
     ext = ext or extension("fused_bias_relu")
     if save == "output":
         return ext.fused_bias_relu(x, bias, float(scale), False)
