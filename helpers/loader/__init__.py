@@ -47,6 +47,7 @@ import time
 from pathlib import Path
 
 from .. import env as _env
+from . import toolchain
 from .process import BuildError, _atomic, _Lock, _Progress, _rel, _run, format_errors  # noqa: F401 (API)
 from .toolchain import (  # noqa: F401 (the names tests, benchmarks and helpers.library use)
     _PCH_NOT_USED,
@@ -218,7 +219,7 @@ def load(
     link = [
         _cxx(),
         "-shared",
-        *_fast_linker(),
+        *toolchain._fast_linker(),
         *[f"-L{p}" for p in (torch_lib, *more_libs)],
         f"-Wl,-rpath,{torch_lib}",
         "-lc10",

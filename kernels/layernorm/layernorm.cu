@@ -315,7 +315,7 @@ bool launch_forward_v3(const T* x, const T* w, const T* b, T* y, Acc<T>* mean, A
 // asked for kTwoKernels; float, half, bf16), else backward_v2_kernel and sum_partials_kernel: 2-byte types
 // at 16 bytes of x per thread for rows up to 4096 and 32 above (more threads per row is better until there
 // are too many), float and double at 32, one value per pack where a row is not vectorizable; rows too long
-// for registers take the long-row path (kind 3: column sums over slices of rows, ~8 blocks of 256 per SM).
+// for registers take the long-row path (kLongRows: column sums over slices of rows, ~8 blocks of 256 per SM).
 template <typename T>
 BackwardPlan plan_backward_v2(const T* dy, const T* x, const T* w, const T* dx, int64_t M, int N,
                               BackwardKernel kernel) {
@@ -324,20 +324,21 @@ BackwardPlan plan_backward_v2(const T* dy, const T* x, const T* w, const T* dx, 
   BackwardPlan plan;
   if constexpr (sizeof(T) <= 4)
     if (kernel != BackwardKernel::kTwoKernels) plan = plan_backward_tuned<T>(dy, x, w, dx, M, N, kernel);
-  if (plan.kind != 0) return plan;
+  if (plan.run != BackwardRun::kNone) return plan;
   if (vectorizable<T>(N, {dy, x, w, dx})) {
     if constexpr (sizeof(T) == 2)
       if (N <= 4096)
-        plan = plan_backward_rows<T, V, kBwdBytes / 32>(backward_v2_kernel<T, V, kBwdBytes / 32>, 1, M, N,
-                                                        false);
-    if (plan.kind == 0)
-      plan =
-          plan_backward_rows<T, V, kBwdBytes / 16>(backward_v2_kernel<T, V, kBwdBytes / 16>, 1, M, N, false);
+        plan = plan_backward_rows<T, V, kBwdBytes / 32>(backward_v2_kernel<T, V, kBwdBytes / 32>,
+                                                        BackwardRun::kRows, M, N, false);
+    if (plan.run == BackwardRun::kNone)
+      plan = plan_backward_rows<T, V, kBwdBytes / 16>(backward_v2_kernel<T, V, kBwdBytes / 16>,
+                                                      BackwardRun::kRows, M, N, false);
   } else {
-    plan = plan_backward_rows<T, 1, kScalarPacks>(backward_v2_kernel<T, 1, kScalarPacks>, 2, M, N, false);
+    plan = plan_backward_rows<T, 1, kScalarPacks>(backward_v2_kernel<T, 1, kScalarPacks>,
+                                                  BackwardRun::kScalarRows, M, N, false);
   }
-  if (plan.kind == 0) {
-    plan.kind = 3;
+  if (plan.run == BackwardRun::kNone) {
+    plan.run = BackwardRun::kLongRows;
     plan.block = dim3(256);
     const int64_t slices = int64_t(num_sms()) * 8 / ceil_div(N, 256);
     plan.blocks = int(slices < 1 ? 1 : (slices < M ? slices : M));
@@ -372,7 +373,7 @@ void layernorm_forward_v3(const T* x, const T* weight, const T* bias, T* y, Acc<
   constexpr int V = kPack16<T>;
   const bool vec = vectorizable<T>(N, {x, weight, bias, y});
   if constexpr (sizeof(T) <= 4)  // long rows and small batches: layernorm.wide.cu (float, half, bf16)
-    if (lesson05_forward<T>(M, N, vec, kernel == ForwardKernel::kAuto))
+    if (engine_runs_forward<T>(M, N, vec, kernel == ForwardKernel::kAuto))
       return layernorm_forward_wide<T>(x, weight, bias, y, mean, rstd, M, N, eps, stream);
   bool done = false;
   if constexpr (sizeof(T) == 2) {
@@ -413,7 +414,7 @@ template <typename T>
 int64_t layernorm_backward_v2_workspace(const T* grad_y, const T* x, const T* weight, const T* grad_x,
                                         int64_t M, int N, BackwardKernel kernel) {
   if constexpr (sizeof(T) <= 4)
-    if (lesson05_backward<T>(M, N, kernel == BackwardKernel::kAuto))
+    if (engine_runs_backward<T>(M, N, kernel == BackwardKernel::kAuto))
       return layernorm_backward_wide_workspace<T>(grad_y, x, weight, grad_x, M, N);
   return 2 * int64_t(plan_backward_v2<T>(grad_y, x, weight, grad_x, M, N, kernel).blocks) * N;
 }
@@ -423,7 +424,7 @@ void layernorm_backward_v2(const T* grad_y, const T* x, const Acc<T>* mean, cons
                            const T* weight, T* grad_x, T* grad_weight, T* grad_bias, Acc<T>* workspace,
                            int64_t M, int N, cudaStream_t stream, BackwardKernel kernel) {
   if constexpr (sizeof(T) <= 4)  // rows longer than 8192, or few rows: layernorm.wide.cu (float, half, bf16)
-    if (lesson05_backward<T>(M, N, kernel == BackwardKernel::kAuto))
+    if (engine_runs_backward<T>(M, N, kernel == BackwardKernel::kAuto))
       return layernorm_backward_wide<T>(grad_y, x, mean, rstd, weight, grad_x, grad_weight, grad_bias,
                                         workspace, M, N, stream);
   constexpr int V = kPack16<T>;
@@ -439,11 +440,13 @@ void layernorm_backward_v2(const T* grad_y, const T* x, const Acc<T>* mean, cons
     launch(kernel, dim3(plan.blocks), plan.block, plan.smem, stream, {false, false}, grad_y, x, mean, rstd,
            weight, grad_x, workspace, M, N);
   };
-  if (plan.kind == 1 && plan.packs == kBwdBytes / 16) run(backward_v2_kernel<T, V, kBwdBytes / 16>);
+  if (plan.run == BackwardRun::kRows && plan.packs == kBwdBytes / 16)
+    run(backward_v2_kernel<T, V, kBwdBytes / 16>);
   if constexpr (sizeof(T) == 2)
-    if (plan.kind == 1 && plan.packs == kBwdBytes / 32) run(backward_v2_kernel<T, V, kBwdBytes / 32>);
-  if (plan.kind == 2) run(backward_v2_kernel<T, 1, kScalarPacks>);
-  if (plan.kind == 3) {
+    if (plan.run == BackwardRun::kRows && plan.packs == kBwdBytes / 32)
+      run(backward_v2_kernel<T, V, kBwdBytes / 32>);
+  if (plan.run == BackwardRun::kScalarRows) run(backward_v2_kernel<T, 1, kScalarPacks>);
+  if (plan.run == BackwardRun::kLongRows) {
     if (vectorizable<T>(N, {grad_y, x, weight, grad_x}))
       backward_v2_long_dx_kernel<T, V>
           <<<M, kBigThreads, 0, stream>>>(grad_y, x, mean, rstd, weight, grad_x, N);

@@ -4,6 +4,8 @@
 // [M, N] row-major; weight, bias and their gradients are [N]; mean and rstd are [M].
 #pragma once
 
+#include <cstdint>
+
 #include "common/common.h"
 #include "layernorm_choices.h"
 
@@ -46,61 +48,49 @@ void layernorm_backward_v2(const T* grad_y, const T* x, const Acc<T>* mean, cons
                            int64_t M, int N, cudaStream_t stream,
                            BackwardKernel kernel = BackwardKernel::kAuto);
 
-// Lesson 05's norm kernels (rmsnorm_common.cuh, Norm::kLayer; layernorm.wide.cu), which layernorm_forward_v3
-// and layernorm_backward_v2 run for float, half and bf16 when `kernel` is kAuto:
-// - forward: rows longer than kWideFrom, and 2-byte vectorizable rows longer than LAYERNORM_WIDE_FWD_FROM
-//   (2048: rows of 4096 and 8192), which lesson 05's forward_kernel holds in registers as forward v3 does,
-//   the same sums in the same order (the same bits; its blocks and its loads of the weight and bias differ).
-//   bf16, H100, A/Bs in one process (2026-11-27, three hosts, % of a copy;
-//   results/h100/layernorm_forward_routing_2026-11-27.md): 2048x8192 89.1 / 92.2 / 90.6 -> 97.2 / 95.4 / 94.3
-//   %, 8192x8192 94.8 / 95.8 -> 97.7 / 97.4 %; 4096x4096 within the spread (92.3 -> 96.3 and 93.6 -> 93.9 %
-//   in two A/Bs; in notebook 03b's four runs from 1.4 points behind the pipelined kernel to 1.4 ahead).
-//   float32 stays: 0.95-1.04x (512x8192 lost 4-5 % in two runs of three);
-// - backward: rows longer than kWideFrom, except 2-byte rows shorter than 16384, which stay with lesson 03's
-//   kernels (its bulk-copy kernel: 79-84 % of a copy at N <= 8192); at bf16 1024x16384 lesson 03's
-//   measured 62.0 %, lesson 05's backward_bulk_kernel 76.1 % once its exchange stopped waiting for the row's
-//   stores (results/h100/norm_backward_exchange_2026-11-27.md); and any batch of at most LAYERNORM_FEW_BYTES
-//   bytes of x (among them every batch of up to 8 rows that the long-row rule leaves to lesson 03): at
-//   1x4096 lesson 03's one cooperative block, its grid barrier and partial row took 15.6 us (float32;
-//   native's kernel 12.2), lesson 05's row group and a plain kernel adding its partial row 11.0 us
-//   (rmsnorm_forward_bulk_2026-11-26.md); up to 1 MiB of x lesson 05's were 1.00-1.36x faster (bfloat16
-//   64x1024 11.1 -> 9.8 us; float32 64x4096 13.1 -> 12.0 us), at 2 MiB 0.93-1.12x
-//   (results/h100/rmsnorm_small_backward_2026-11-27.md).
-#ifndef LAYERNORM_FEW_BYTES
-#define LAYERNORM_FEW_BYTES (1 << 20)
-#endif
-#ifndef LAYERNORM_WIDE_BWD_2BYTE_FROM
-#define LAYERNORM_WIDE_BWD_2BYTE_FROM 16384
-#endif
-constexpr int kWideFrom = 8192;
+// Where kAuto runs the norm engine (kernels/norm_engine/, Norm::kLayer, launched by layernorm.wide.cu and
+// layernorm.wide_backward.cu) instead of this ladder's kernels: float, half and bf16 only (double, which no
+// benchmark times, and a kernel asked for by name keep the ladder's). norm_engine/engine.cuh's table says
+// which engine kernel then runs. The thresholds, each with its reason (H100, % of a copy):
+struct EngineRoute {
+  // Rows longer than 8192: the ladder holds at most 8192 values in registers, and its long-row kernels read
+  // the row twice (59-64 % forward, ~40 % backward at N = 32768; the engine's 79-89 %).
+  int wide_from = 8192;
+  // Forward of 2-byte vectorizable rows above 2048 (4096, 8192): the engine's forward_kernel holds them in
+  // registers as forward v3 does, the same sums in the same order (the same bits), with its own blocks and
+  // parameter loads: bf16 2048 x 8192 89-92 -> 94-97 %; not better at 2048 and below; float stays
+  // (0.95-1.04x).
+  int fwd_2byte_from = 2048;
+  // Backward of 2-byte rows: the engine from 16384 (bf16 1024 x 16384 62 -> 76 %); below it the ladder's
+  // bulk-copy kernel does 79-84 %.
+  int bwd_2byte_from = 16384;
+  // Backward of any batch of at most 1 MiB of x: the ladder's one-kernel endings pay a grid barrier and
+  // set-up that the engine's row kernel plus a plain kernel adding its partial rows do not (1.00-1.36x
+  // faster; float 1 x 4096 15.6 -> 11.0 us).
+  int64_t bwd_few_bytes = int64_t(1) << 20;
+};
+inline constexpr EngineRoute kEngineRoute{};
+constexpr int kWideFrom = kEngineRoute.wide_from;
 inline bool wide_rows(int N, bool automatic) { return automatic && N > kWideFrom; }
-// Forward: rows longer than kWideFrom, and vectorizable batches of one wave (layernorm_forward_one_wave, in
-// layernorm.wide.cu): there lesson 05's forward_kernel loads the weight and bias with the row (nothing else
-// runs to hide a second trip to memory after the sums), lesson 03's forward v3 after the sums. Kernel time on
-// the H100 (torch.profiler, L2 flushed): bf16 1 x 4096 3.5 -> 2.8 us, 128 x 8192 4.8 -> 4.5 us, 256 x 4096
-// 4.5 -> 4.2 us; float32 within 0.1 us (results/h100/norm_small_forward_2026-11-27.md). And short rows of
-// many-wave batches (layernorm_forward_short_rows: several rows per row group, rmsnorm_common.cuh's
-// forward_short_rows): bf16 65536 x 256 91.6 -> 96.2 %, float32 16384 x 256 88.3 -> 97.7 % of a copy
-// (results/h100/norm_short_rows_2026-11-27.md).
+// The forward also takes vectorizable batches of one wave (layernorm_forward_one_wave: the engine loads the
+// weight and bias with the row, where nothing else runs to hide a second trip to memory after the sums; bf16
+// 1 x 4096 3.5 -> 2.8 us) and short rows in many waves (layernorm_forward_short_rows: several rows per row
+// group; bf16 65536 x 256 91.6 -> 96.2 %, float 16384 x 256 88.3 -> 97.7 %). Both in layernorm.wide.cu.
 template <typename T>
 bool layernorm_forward_one_wave(int64_t M, int N);
 template <typename T>
 bool layernorm_forward_short_rows(int64_t M, int N);
-#ifndef LAYERNORM_WIDE_FWD_FROM
-// (0: every vectorizable 2-byte row; not better at 2048 and below)
-#define LAYERNORM_WIDE_FWD_FROM 2048
-#endif
 template <typename T>
-bool lesson05_forward(int64_t M, int N, bool vec, bool automatic) {
+bool engine_runs_forward(int64_t M, int N, bool vec, bool automatic) {
   return wide_rows(N, automatic) ||
          (automatic && vec && N <= kWideFrom &&
-          ((sizeof(T) == 2 && N > LAYERNORM_WIDE_FWD_FROM) || layernorm_forward_one_wave<T>(M, N) ||
+          ((sizeof(T) == 2 && N > kEngineRoute.fwd_2byte_from) || layernorm_forward_one_wave<T>(M, N) ||
            layernorm_forward_short_rows<T>(M, N)));
 }
 template <typename T>
-bool lesson05_backward(int64_t M, int N, bool automatic) {
-  return automatic && (M * N * int64_t(sizeof(T)) <= LAYERNORM_FEW_BYTES ||
-                       (wide_rows(N, automatic) && (sizeof(T) >= 4 || N >= LAYERNORM_WIDE_BWD_2BYTE_FROM)));
+bool engine_runs_backward(int64_t M, int N, bool automatic) {
+  return automatic && (M * N * int64_t(sizeof(T)) <= kEngineRoute.bwd_few_bytes ||
+                       (wide_rows(N, automatic) && (sizeof(T) >= 4 || N >= kEngineRoute.bwd_2byte_from)));
 }
 template <typename T>
 void layernorm_forward_wide(const T* x, const T* weight, const T* bias, T* y, Acc<T>* mean, Acc<T>* rstd,

@@ -1,7 +1,6 @@
 // kernels/layernorm/layernorm.hopper.cu: the tuning of lesson 03's LayerNorm past the ladder of
 // kernels/layernorm/layernorm.cu, explained in the optional appendix notebooks/03b_layernorm_hopper.ipynb.
-// The default (kAuto, see layernorm_choices.h) runs these where they were measured faster; the numbers, and
-// what was tried and not kept, are in results/h100/layernorm_history.md.
+// The default (kAuto, see layernorm_choices.h) runs these where they were measured faster.
 //
 // A memory-bound kernel runs at copy speed only with enough bytes in flight per SM (memory latency x
 // bandwidth / number of SMs, by Little's law), and registers and shared memory cap how many a thread or
@@ -17,7 +16,7 @@
 //                 v2's row loop, then a grid-wide barrier (cooperative launch, grid.sync) and the column
 //                 sums finished by all blocks in a fixed order (finish_column_sums): no second kernel, and
 //                 a grid sized to equal rounds. Any GPU with cooperative launch.
-//   backward v2, bulk copy   backward_v2_bulk_kernel<kEarly = false> (layernorm_bulk.cuh; kBulkCopy, sm_90+):
+//   backward v2, bulk copy   backward_v2_bulk_kernel<kEarly = false> (kBulkCopy, sm_90+; rounds.cuh):
 //                 the rows arrive by the Tensor Memory Accelerator's bulk copies into a ring of 4
 //                 shared-memory buffers: three rounds in flight per SM, counted by mbarriers, whatever
 //                 the threads are doing (a thread's register loads all wait on one scoreboard).
@@ -28,15 +27,16 @@
 //   both bulk kernels, clustered   the same kernels launched in thread block clusters of 2 where a block's
 //                 partial row is large (LayerNorm's 64 KB at 8192 columns): the pair adds its column sums
 //                 through distributed shared memory, so the grid writes and reads back half the partial
-//                 rows (plan_backward_bulk, layernorm_bulk.cuh). The sums after the barrier read four
+//                 rows (plan_backward_bulk, norm_engine/rounds.cuh). The sums after the barrier read four
 //                 columns per 16-byte load (add_columns_in_order<4>).
 //   plan_backward_tuned, launch_backward_tuned: the plans and launches of the three backward kernels.
 #include <cooperative_groups.h>
 
-#include "layernorm_bulk.cuh"  // finish_column_sums, backward_v2_bulk_kernel, plan_backward_bulk
 #include "layernorm_common.cuh"
+#include "norm_engine/rounds.cuh"  // finish_column_sums, backward_v2_bulk_kernel, plan_backward_bulk
 
 using namespace layernorm;
+using namespace norm_engine;
 
 namespace {
 
@@ -179,17 +179,27 @@ BackwardPlan plan_backward_tuned(const T* dy, const T* x, const T* w, const T* d
   if (!vectorizable<T>(N, {dy, x, w, dx})) return plan;
   const bool bulk = kernel == BackwardKernel::kBulkCopy || kernel == BackwardKernel::kBulkCopySplitBarrier;
   if (bulk || (kernel == BackwardKernel::kAuto && sizeof(T) == 2)) {
-    plan = plan_backward_bulk<T>(M, N, kernel != BackwardKernel::kBulkCopy);
-    if (plan.kind == 4) return plan;
+    const RoundsPlan rounds = plan_backward_bulk<T>(M, N, kernel != BackwardKernel::kBulkCopy);
+    if (rounds.blocks > 0) {
+      plan.run = BackwardRun::kBulkRounds;
+      plan.packs = 1;
+      plan.fuse = true;
+      plan.early = rounds.early;
+      plan.cluster = rounds.cluster;
+      plan.block = rounds.block;
+      plan.blocks = rounds.blocks;
+      plan.smem = rounds.smem;
+      return plan;
+    }
   }
   if (device_attribute<cudaDevAttrCooperativeLaunch>() == 0) return plan;
   if constexpr (sizeof(T) == 2)
     if (N <= 4096)
-      plan = plan_backward_rows<T, V, kBwdBytes / 32>(backward_v2_cooperative_kernel<T, V, kBwdBytes / 32>, 1,
-                                                      M, N, true);
-  if (plan.kind == 0)
-    plan = plan_backward_rows<T, V, kBwdBytes / 16>(backward_v2_cooperative_kernel<T, V, kBwdBytes / 16>, 1,
-                                                    M, N, true);
+      plan = plan_backward_rows<T, V, kBwdBytes / 32>(backward_v2_cooperative_kernel<T, V, kBwdBytes / 32>,
+                                                      BackwardRun::kRows, M, N, true);
+  if (plan.run == BackwardRun::kNone)
+    plan = plan_backward_rows<T, V, kBwdBytes / 16>(backward_v2_cooperative_kernel<T, V, kBwdBytes / 16>,
+                                                    BackwardRun::kRows, M, N, true);
   return plan;
 }
 
@@ -202,12 +212,12 @@ void launch_backward_tuned(const BackwardPlan& plan, const T* dy, const T* x, co
     launch(kernel, dim3(plan.blocks), plan.block, plan.smem, stream, {true, false, plan.cluster}, dy, x, mean,
            rstd, w, dx, partials, dw, db, M, N);
   };
-  if (plan.kind == 4 && plan.early) run(backward_v2_bulk_kernel<T, V, true>);
-  if (plan.kind == 4 && !plan.early) run(backward_v2_bulk_kernel<T, V, false>);
+  if (plan.run == BackwardRun::kBulkRounds && plan.early) run(backward_v2_bulk_kernel<T, V, true>);
+  if (plan.run == BackwardRun::kBulkRounds && !plan.early) run(backward_v2_bulk_kernel<T, V, false>);
   if constexpr (sizeof(T) == 2)
-    if (plan.kind == 1 && plan.packs == kBwdBytes / 32)
+    if (plan.run == BackwardRun::kRows && plan.packs == kBwdBytes / 32)
       run(backward_v2_cooperative_kernel<T, V, kBwdBytes / 32>);
-  if (plan.kind == 1 && plan.packs == kBwdBytes / 16)
+  if (plan.run == BackwardRun::kRows && plan.packs == kBwdBytes / 16)
     run(backward_v2_cooperative_kernel<T, V, kBwdBytes / 16>);
   COURSE_LAUNCH_CHECK();
 }

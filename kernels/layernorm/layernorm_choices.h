@@ -11,7 +11,7 @@
 enum class ForwardKernel {
   kAuto,       // kPipelined on sm_90+ for half/bf16 where the grid does at most 4 rounds, else kRegisters;
                // rows longer than 8192 (2-byte vectorizable ones: from 4096), batches of one wave and short
-               // rows in many waves: lesson 05's kernels (layernorm.wide.cu, layernorm.h: lesson05_forward)
+               // rows in many waves: the norm engine (layernorm.h: EngineRoute, engine_runs_forward)
   kRegisters,  // forward_v3_kernel: one row per row group, loaded straight into registers
   kPipelined,  // forward_v3_pipelined_kernel: a persistent grid, the next row copied to shared memory by
                // cp.async while this one is reduced (half/bf16; kRegisters for float and double)
@@ -20,8 +20,8 @@ enum class ForwardKernel {
 // Backward v2 (the row loop is in layernorm.cu; the one-kernel endings are in layernorm.hopper.cu).
 enum class BackwardKernel {
   kAuto,         // kBulkCopySplitBarrier for half/bf16 on sm_90+, else kCooperative, else kTwoKernels;
-                 // rows longer than 8192 and batches of at most 1 MiB: lesson 05's kernels
-                 // (layernorm.wide.cu, layernorm.h: lesson05_backward)
+                 // rows longer than 8192 and batches of at most 1 MiB: the norm engine
+                 // (layernorm.h: EngineRoute, engine_runs_backward)
   kTwoKernels,   // backward_v2_kernel writes per-block partial column sums, sum_partials_kernel adds them
   kCooperative,  // backward_v2_cooperative_kernel: the same rows, the column sums finished in the same
                  // kernel after a grid-wide barrier (cooperative launch; float, half, bf16)

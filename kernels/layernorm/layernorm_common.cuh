@@ -1,16 +1,14 @@
 // kernels/layernorm/layernorm_common.cuh: the pieces lesson 03's forward v3 and backward v2 are built from,
 // shared by the ladder (kernels/layernorm/layernorm.cu) and the tuned kernels that reuse them
-// (kernels/layernorm/layernorm.hopper.cu). No torch header: included by .cu files only (and by lesson 05's
-// rmsnorm_common.cuh and norm_dropout.cu).
+// (kernels/layernorm/layernorm.hopper.cu). No torch header: included by .cu files only. The primitives it
+// builds on are the norm engine's, shared with lesson 05: norm_engine/row.cuh (Raw, to_pack, lane_sum,
+// group_sum), grad.cuh (grad_x) and occupancy.h (row_threads, vectorizable, blocks_per_sm, active_clusters,
+// ptx_version).
 //
-//   Raw, to_pack            16-byte loads kept as 32-bit words, and Acc<T> values rounded back into a Pack
-//   lane_sum, group_sum     sums over a warp (shuffles) and over a row group (shuffles, then shared memory)
 //   load_row, normalize_row forward v3 for one row: the row into registers, then mean, rstd and y
 //   Row, backward_v2_rows   backward v2's loop over a block's rows (grad_x, and the column sums of
 //                           grad_weight and grad_bias in shared memory), ending in the block's partial row
-//   row_threads, vectorizable, BackwardPlan, plan_backward_rows: the host side's sizes
-//   blocks_per_sm, active_clusters, ptx_version  the CUDA runtime's answers about a kernel, asked once per
-//                           device and kept
+//   BackwardRun, BackwardPlan, plan_backward_rows: which backward kernel, and its sizes
 //   forward_v3_pipelined, plan_backward_tuned, launch_backward_tuned: what layernorm.cu's launchers call in
 //                           layernorm.hopper.cu
 #pragma once
@@ -21,113 +19,32 @@
 #include <vector>
 
 #include "layernorm.h"
+#include "norm_engine/grad.cuh"
+#include "norm_engine/occupancy.h"
+#include "norm_engine/row.cuh"
 
 namespace layernorm {
+
+using norm_engine::active_clusters;
+using norm_engine::blocks_per_sm;
+using norm_engine::grad_x;
+using norm_engine::group_sum;
+using norm_engine::lane_sum;
+using norm_engine::ptx_version;
+using norm_engine::Raw;
+using norm_engine::row_threads;
+using norm_engine::rsqrt_acc;
+using norm_engine::to_pack;
+using norm_engine::vectorizable;
 
 // Bytes of the row each thread holds in registers. 2-byte types take half: the same number of values
 // per thread as float (16 forward, 8 of x and 8 of grad_y backward), so the same registers, arithmetic
 // and conversions per thread and twice the threads per row, rather than twice the work per thread for
-// the same bytes (measured slower: results/h100/layernorm_history.md). Rows too long for that fall back
+// the same bytes (measured slower). Rows too long for that fall back
 // to the full width.
 constexpr int kFwdBytes = 64;  // forward v3
 constexpr int kBwdBytes = 32;  // backward v2: of x, and of grad_y, per row
 constexpr int kBigThreads = 512;
-
-__device__ __forceinline__ float rsqrt_acc(float v) { return rsqrtf(v); }
-__device__ __forceinline__ double rsqrt_acc(double v) { return rsqrt(v); }
-
-// N values of T kept as raw 32-bit words. A Pack<__nv_bfloat16, 8> held across a loop gets split by the
-// compiler into eight 16-bit registers; as four words it takes four, which is what lets backward v2 keep
-// two rows of x and grad_y in registers. Loads are one instruction of the full width (16 bytes for a Pack).
-template <typename T, int N>
-struct Raw {
-  static constexpr int kBytes = N * int(sizeof(T));
-  uint32_t w[kBytes < 4 ? 1 : kBytes / 4];
-  __device__ __forceinline__ void load(const T* p) {
-    if constexpr (kBytes == 16) {
-      const uint4 u = *reinterpret_cast<const uint4*>(p);
-      w[0] = u.x, w[1] = u.y, w[2] = u.z, w[3] = u.w;
-    } else if constexpr (kBytes == 8) {
-      const uint2 u = *reinterpret_cast<const uint2*>(p);
-      w[0] = u.x, w[1] = u.y;
-    } else if constexpr (kBytes == 4) {
-      w[0] = *reinterpret_cast<const uint32_t*>(p);
-    } else {
-      w[0] = *reinterpret_cast<const unsigned short*>(p);
-    }
-  }
-  __device__ __forceinline__ void store(T* p) const {  // the bytes back as they were loaded, one access
-    if constexpr (kBytes == 16) {
-      *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
-    } else if constexpr (kBytes == 8) {
-      *reinterpret_cast<uint2*>(p) = make_uint2(w[0], w[1]);
-    } else if constexpr (kBytes == 4) {
-      *reinterpret_cast<uint32_t*>(p) = w[0];
-    } else {
-      *reinterpret_cast<unsigned short*>(p) = static_cast<unsigned short>(w[0]);
-    }
-  }
-  __device__ __forceinline__ Acc<T> operator[](int k) const {  // value k, converted to Acc<T>
-    if constexpr (std::is_same_v<T, float>) {
-      return __uint_as_float(w[k]);
-    } else if constexpr (std::is_same_v<T, double>) {
-      return __hiloint2double(int(w[2 * k + 1]), int(w[2 * k]));
-    } else {
-      const uint32_t bits = k % 2 ? w[k / 2] >> 16 : w[k / 2] & 0xffffu;
-      if constexpr (std::is_same_v<T, __nv_bfloat16>) return __uint_as_float(bits << 16);
-      return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
-    }
-  }
-};
-
-// kVec Acc<T> values rounded to T and packed for one store; bf16 and half round two at a time
-// (one cvt.rn.bf16x2.f32 instead of two conversions and a permute).
-template <typename T, int kVec>
-__device__ __forceinline__ Pack<T, kVec> to_pack(const Acc<T> (&v)[kVec]) {
-  Pack<T, kVec> out;
-  if constexpr (kVec % 2 == 0 && std::is_same_v<T, __nv_bfloat16>) {
-#pragma unroll
-    for (int k = 0; k < kVec; k += 2)
-      reinterpret_cast<__nv_bfloat162*>(out.v)[k / 2] = __floats2bfloat162_rn(v[k], v[k + 1]);
-  } else if constexpr (kVec % 2 == 0 && std::is_same_v<T, __half>) {
-#pragma unroll
-    for (int k = 0; k < kVec; k += 2)
-      reinterpret_cast<__half2*>(out.v)[k / 2] = __floats2half2_rn(v[k], v[k + 1]);
-  } else {
-#pragma unroll
-    for (int k = 0; k < kVec; ++k) out.v[k] = from_acc<T>(v[k]);
-  }
-  return out;
-}
-
-// Every lane gets the sum over the warp (the same butterfly as the exercise; versions other than v2 use
-// this copy, so an unfinished exercise breaks only forward v2).
-template <typename acc_t>
-__device__ __forceinline__ acc_t lane_sum(acc_t v) {
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
-  return v;
-}
-
-// Sums K values over one row group: the blockDim.x threads with the same threadIdx.y. Every thread of
-// the group gets the totals. Shuffles within each warp, then one value per warp through `buf`
-// (32 * K values); every warp adds those up in the same order, so all get the same bits, on every run.
-// Alternate two buffers between calls: then one __syncthreads per call is enough.
-template <int K, typename acc_t>
-__device__ __forceinline__ void group_sum(acc_t (&v)[K], acc_t* buf) {
-#pragma unroll
-  for (int k = 0; k < K; ++k) v[k] = lane_sum(v[k]);
-  const int warps = blockDim.x / 32;
-  if (warps == 1) return;
-  acc_t* mine = buf + threadIdx.y * warps * K;
-  const int lane = threadIdx.x % 32;
-  if (lane == 0)
-#pragma unroll
-    for (int k = 0; k < K; ++k) mine[threadIdx.x / 32 * K + k] = v[k];
-  __syncthreads();
-#pragma unroll
-  for (int k = 0; k < K; ++k) v[k] = lane_sum(lane < warps ? mine[lane * K + k] : acc_t(0));
-}
 
 // Loads of forward v3: this thread's kPacks Packs of kVec values of a row from `src` (global or shared
 // memory; pack c goes to thread c % blockDim.x: each warp-wide access is 512 contiguous bytes), and their
@@ -303,7 +220,7 @@ __device__ __forceinline__ Acc<T>* backward_v2_rows(const T* __restrict__ dy, co
             const acc_t dyv = cur.g[p][k0 + k];
             const acc_t xh = (cur.x[p][k0 + k] - cur.mean) * cur.rstd;
             const acc_t g = dyv * wv[k0 + k];
-            out[k0 + k] = cur.rstd * (g - mg - xh * mgx);
+            out[k0 + k] = grad_x(cur.rstd, g, mg, xh, mgx);
             aw.v[k] += dyv * xh;
             ab.v[k] += dyv;
           }
@@ -320,7 +237,7 @@ __device__ __forceinline__ Acc<T>* backward_v2_rows(const T* __restrict__ dy, co
     // flight while one is waited for. (Moving a just-loaded row from one variable to another, as the
     // loop below does, makes the thread wait for that load before it can issue the next one.) float
     // only: a 2-byte row holds half the bytes, and two of them in flight did not pay for the registers
-    // (measured: results/h100/layernorm_history.md).
+    // (measured).
     Row<T, kVec, kPacks> a, b;
     if (row < M) a.load(x, dy, mean, rstd, row, N);
     for (int64_t first = blockIdx.x * int64_t(R); first < M; first += 2 * step, row += 2 * step) {
@@ -351,130 +268,27 @@ __device__ __forceinline__ Acc<T>* backward_v2_rows(const T* __restrict__ dy, co
 // Planning: which kernel, how many threads per row, how many rows per block and blocks in all.
 // ------------------------------------------------------------------------------------------------
 
-// Threads per row for `packs` packs at `per_thread` packs each: whole warps, at most 1024 (0 = too long).
-inline int row_threads(int packs, int per_thread) {
-  const int warps = ceil_div(ceil_div(packs, per_thread), 32);
-  return warps <= 32 ? warps * 32 : 0;
-}
+// Which kernel backward v2 runs.
+enum class BackwardRun {
+  kNone,        // no plan (a planner's "does not apply")
+  kRows,        // rows in registers, 16-byte packs (backward_v2_kernel, or the cooperative one if `fuse`)
+  kScalarRows,  // the same, one value per pack
+  kLongRows,    // rows too long for registers: backward_v2_long_dx_kernel, then column_partials_kernel
+  kBulkRounds,  // rows by bulk copy (backward_v2_bulk_kernel, norm_engine/rounds.cuh)
+};
 
-template <typename T>
-bool vectorizable(int N, std::initializer_list<const void*> ptrs) {
-  if (N % kPack16<T> != 0) return false;
-  for (const void* p : ptrs)
-    if (!aligned16(p)) return false;
-  return true;
-}
-
-// How backward v2 runs: which kernel (`kind`), its block and grid, and its dynamic shared memory. The grid
+// How backward v2 runs: which kernel (`run`), its block and grid, and its dynamic shared memory. The grid
 // size is also the number of rows of partial sums (the workspace is 2 * blocks * N values).
 struct BackwardPlan {
-  int kind = 0;        // 0: none; 1: rows in registers, 16-byte packs; 2: the same, one value per pack;
-                       // 3: long rows; 4: rows by bulk copy (backward_v2_bulk_kernel)
-  int packs = 0;       // kind 1: packs of x (and of grad_y) per thread
+  BackwardRun run = BackwardRun::kNone;
+  int packs = 0;       // kRows: packs of x (and of grad_y) per thread
   bool fuse = false;   // the column sums finished in the kernel (a cooperative launch), no second kernel
-  bool early = false;  // kind 4: the last round arrives at the grid barrier before its grad_x
-  int cluster = 1;     // kind 4: blocks per thread block cluster (1: none); blocks / cluster partial rows
+  bool early = false;  // kBulkRounds: the last round arrives at the grid barrier before its grad_x
+  int cluster = 1;  // kBulkRounds: blocks per thread block cluster (1: none); blocks / cluster partial rows
   dim3 block;
   int blocks = 0;  // grid size, = rows of partial sums
   size_t smem = 0;
 };
-
-// How many blocks of `threads` threads and `smem` bytes of dynamic shared memory of `kernel` fit on one SM of
-// the current device (cudaOccupancyMaxActiveBlocksPerMultiprocessor), after raising the kernel's dynamic
-// shared memory limit to smem where it was lower; and the PTX version a kernel was built for. The launchers
-// plan on every call (backward v2 twice: the workspace size, then the launch), and each of these queries
-// costs microseconds of CPU time per call, while the answers never change: so each is asked once per
-// device and kept (a few entries; never freed). The limit is only ever raised: a lower one would break the
-// launch of an earlier plan of the same kernel that needs more.
-inline int blocks_per_sm(const void* kernel, int threads, size_t smem) {
-  struct Fit {
-    int device;
-    const void* kernel;
-    int threads;
-    size_t smem;
-    int blocks;
-  };
-  struct Limit {
-    int device;
-    const void* kernel;
-    size_t smem;
-  };
-  static std::mutex mutex;
-  static auto* fits = new std::vector<Fit>();
-  static auto* limits = new std::vector<Limit>();
-  int device = 0;
-  COURSE_CUDA_CHECK(cudaGetDevice(&device));
-  const std::lock_guard<std::mutex> lock(mutex);
-  for (const Fit& f : *fits)
-    if (f.device == device && f.kernel == kernel && f.threads == threads && f.smem == smem) return f.blocks;
-  Limit* limit = nullptr;
-  for (Limit& l : *limits)
-    if (l.device == device && l.kernel == kernel) limit = &l;
-  if (limit == nullptr) limit = &limits->emplace_back(Limit{device, kernel, 0});
-  if (smem > limit->smem) {
-    COURSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    limit->smem = smem;
-  }
-  int blocks = 0;
-  COURSE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem));
-  fits->push_back(Fit{device, kernel, threads, smem, blocks});
-  return blocks;
-}
-
-// Clusters of `cluster` blocks of `kernel` resident at once on the current device (cached as blocks_per_sm
-// is: the answer never changes, and asking costs microseconds per call).
-inline int active_clusters(const void* kernel, int threads, size_t smem, int cluster) {
-  struct Fit {
-    int device;
-    const void* kernel;
-    int threads;
-    size_t smem;
-    int cluster, clusters;
-  };
-  static std::mutex mutex;
-  static auto* fits = new std::vector<Fit>();
-  if (blocks_per_sm(kernel, threads, smem) == 0) return 0;  // (also raises the kernel's shared memory limit)
-  if (cluster == 1) return blocks_per_sm(kernel, threads, smem) * num_sms();
-  int device = 0;
-  COURSE_CUDA_CHECK(cudaGetDevice(&device));
-  const std::lock_guard<std::mutex> lock(mutex);
-  for (const Fit& f : *fits)
-    if (f.device == device && f.kernel == kernel && f.threads == threads && f.smem == smem &&
-        f.cluster == cluster)
-      return f.clusters;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(unsigned(cluster));
-  config.blockDim = dim3(unsigned(threads));
-  config.dynamicSmemBytes = smem;
-  cudaLaunchAttribute attr;
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim = {unsigned(cluster), 1, 1};
-  config.attrs = &attr;
-  config.numAttrs = 1;
-  int clusters = 0;
-  COURSE_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
-  fits->push_back(Fit{device, kernel, threads, smem, cluster, clusters});
-  return clusters;
-}
-
-inline int ptx_version(const void* kernel) {
-  struct Known {
-    int device;
-    const void* kernel;
-    int ptx;
-  };
-  static std::mutex mutex;
-  static auto* known = new std::vector<Known>();
-  int device = 0;
-  COURSE_CUDA_CHECK(cudaGetDevice(&device));
-  const std::lock_guard<std::mutex> lock(mutex);
-  for (const Known& k : *known)
-    if (k.device == device && k.kernel == kernel) return k.ptx;
-  cudaFuncAttributes attrs;
-  COURSE_CUDA_CHECK(cudaFuncGetAttributes(&attrs, kernel));
-  known->push_back(Known{device, kernel, attrs.ptxVersion});
-  return attrs.ptxVersion;
-}
 
 // A plan for `kernel`, a backward_v2_rows kernel with kVec values per pack and kPacks packs per thread:
 // row groups of whole warps, as many per block as fit in 1024 threads and in shared memory, and about one
@@ -483,7 +297,7 @@ inline int ptx_version(const void* kernel) {
 // running, e.g. 4096 rows in pairs: 128 blocks x 16 rounds, not 132 x 15.5) and the shared memory must
 // also hold finish_column_sums' scratch.
 template <typename T, int kVec, int kPacks, typename Kernel>
-BackwardPlan plan_backward_rows(Kernel kernel, int kind, int64_t M, int N, bool fuse) {
+BackwardPlan plan_backward_rows(Kernel kernel, BackwardRun run, int64_t M, int N, bool fuse) {
   using acc_t = Acc<T>;
   BackwardPlan plan;
   const int threads = row_threads(N / kVec, kPacks);
@@ -510,7 +324,7 @@ BackwardPlan plan_backward_rows(Kernel kernel, int kind, int64_t M, int N, bool 
     const int64_t rounds = ceil_div<int64_t>(M, rows * plan.blocks);
     plan.blocks = int(ceil_div<int64_t>(M, rows * rounds));
   }
-  plan.kind = kind;
+  plan.run = run;
   plan.packs = kPacks;
   plan.fuse = fuse;
   return plan;
@@ -518,7 +332,7 @@ BackwardPlan plan_backward_rows(Kernel kernel, int kind, int64_t M, int N, bool 
 
 // In layernorm.hopper.cu. forward_v3_pipelined (half and bf16) returns false, launching nothing, where it
 // does not apply or would need more than max_rounds rounds. plan_backward_tuned (float, half, bf16) plans
-// the one-kernel backward `kernel` asks for (kind 0 where none applies), and launch_backward_tuned runs it.
+// the one-kernel backward `kernel` asks for (kNone where none applies), and launch_backward_tuned runs it.
 template <typename T>
 bool forward_v3_pipelined(const T* x, const T* w, const T* b, T* y, Acc<T>* mean, Acc<T>* rstd, int64_t M,
                           int N, Acc<T> eps, cudaStream_t stream, int64_t max_rounds);

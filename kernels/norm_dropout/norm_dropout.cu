@@ -25,17 +25,20 @@
 //               groups with 8 values of x and of grad_y a thread, each thread summing grad_weight for its
 //               own columns in registers across rows, the block's groups then added in shared memory and
 //               the blocks' partial rows in a fixed order (no atomics). Longer rows: v1.
-#include "layernorm/layernorm_common.cuh"  // Raw, to_pack, group_sum, rsqrt_acc, row_threads, vectorizable, blocks_per_sm
 #include "norm_dropout.h"
+#include "norm_engine/grad.cuh"
+#include "norm_engine/occupancy.h"  // row_threads, vectorizable, blocks_per_sm
+#include "norm_engine/row.cuh"      // Raw, to_pack, group_sum, rsqrt_acc
 
 namespace {
 
-using layernorm::group_sum;
-using layernorm::Raw;
-using layernorm::row_threads;
-using layernorm::rsqrt_acc;
-using layernorm::to_pack;
-using layernorm::vectorizable;
+using norm_engine::grad_x;
+using norm_engine::group_sum;
+using norm_engine::Raw;
+using norm_engine::row_threads;
+using norm_engine::rsqrt_acc;
+using norm_engine::to_pack;
+using norm_engine::vectorizable;
 
 // Keep bits of the kVec elements from flat index `first` on: bit k for element first + k. A pack spans
 // up to kVec / 4 + 1 groups of 4 (one Philox call each); an aligned pack (first % 4 == 0, kVec a multiple
@@ -198,7 +201,7 @@ void launch_long(const T* x, const T* w, T* y, Acc<T>* rstd, int64_t M, int N, A
   const auto kernel = forward_long_kernel<T, kVec>;
   const bool keep =
       bytes + 32 * sizeof(Acc<T>) <= size_t(device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>()) &&
-      layernorm::blocks_per_sm(reinterpret_cast<const void*>(kernel), threads, bytes) > 0;
+      norm_engine::blocks_per_sm(reinterpret_cast<const void*>(kernel), threads, bytes) > 0;
   kernel<<<unsigned(M), threads, keep ? bytes : 0, stream>>>(x, w, y, rstd, N, eps, rng, threshold, scale,
                                                              state_out, keep);
   COURSE_LAUNCH_CHECK();
@@ -271,7 +274,7 @@ __global__ __launch_bounds__(kMaxThreads<T>) void backward_kernel(
 #pragma unroll
         for (int k = 0; k < kVec; ++k) {
           const acc_t gk = g(p, k), xh = xv[p][k] * rs;
-          out[k] = rs * (gk * wv[k] - xh * mgx);
+          out[k] = grad_x(rs, gk * wv[k], acc_t(0), xh, mgx);  // RMSNorm: mean(g) = 0
           aw[p][k] += gk * xh;
         }
         *reinterpret_cast<Pack<T, kVec>*>(dx + row * N + j) = to_pack<T>(out);
@@ -334,8 +337,8 @@ bool plan_rows(BackwardPlan& plan, int64_t M, int N, bool vec) {
   rows = rows < M ? rows : M;
   if (rows < 1) return false;
   const size_t smem = rows > 1 ? size_t(rows) * N * sizeof(Acc<T>) : 0;
-  const int per_sm = layernorm::blocks_per_sm(reinterpret_cast<const void*>(backward_kernel<T, kVec, kPacks>),
-                                              threads * int(rows), smem);
+  const int per_sm = norm_engine::blocks_per_sm(
+      reinterpret_cast<const void*>(backward_kernel<T, kVec, kPacks>), threads * int(rows), smem);
   if (per_sm == 0) return false;
   const int64_t want = ceil_div<int64_t>(M, rows), cap = int64_t(per_sm) * num_sms();
   plan.ok = true;

@@ -4,7 +4,7 @@
 // whole row), a 4-byte cp.async, the mbarrier that counts their bytes, and a thread block cluster's stores
 // into another block's shared memory, counted on that block's mbarrier. Used by lesson 03's
 // backward_v2_bulk_kernel (layernorm.hopper.cu) and lesson 05's backward_bulk_kernel and forward_bulk_kernel
-// (rmsnorm_common.cuh).
+// (forward.cuh, backward.cuh).
 //
 // How an mbarrier counts: init(bar, count) expects `count` arrivals per phase; arrive_expect also announces
 // bytes of copies to come, and the phase completes when all arrivals and all those bytes are in. A waiter
@@ -64,7 +64,7 @@ __device__ __forceinline__ void wait(uint64_t* bar, uint32_t parity) {
 // (complete_tx) when they land; and a wait, at cluster scope, for such a barrier's phase. No fence: the
 // first exchange stored with st.shared::cluster and then arrived with mbarrier.arrive.release.cluster, and
 // a release waits until every earlier store of the thread has landed, global ones included (Nsight
-// Compute's "membar" stall, the largest in rmsnorm_common.cuh's bulk kernels, whose threads store a row of
+// Compute's "membar" stall, the largest in the engine's bulk kernels, whose threads store a row of
 // the output just before the exchange).
 __device__ __forceinline__ uint32_t remote(const void* p, int rank) {
   uint32_t r;

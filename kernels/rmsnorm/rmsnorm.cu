@@ -10,45 +10,35 @@
 //
 //   forward v1   forward_v1_kernel, rmsnorm_forward_v1: one thread per row, two passes over the row. The
 //                simplest correct kernel; slow for lesson 03's reasons (M threads, loads N elements apart).
-//   forward v2   forward_kernel / forward_long_kernel (rmsnorm_common.cuh, Norm::kRms), rmsnorm_forward_v2:
-//                lesson 03's forward v3 for RMSNorm: the row in registers as 16-byte packs, a row group of
-//                1 to 32 warps per row, one group sum (of squares) instead of two (float rows load their
-//                weights with the row, before the sum: float32 1 x 4096 6.3 -> 5.0 us, 512 x 8192 92 -> 101 %
-//                of a copy; results/h100/norm_sweep_2026-11-27.md); rows too long for
-//                registers take one block per row with the row kept in shared memory where it fits, or on
-//                sm_90 a thread block cluster of 2 to 8 blocks whose shared memory holds it together
-//                (launch_forward_cluster: float32 N = 65536, bfloat16 from 131072). On sm_90,
-//                forward_bulk_kernel where it measured faster (launch_forward_bulk): rows by bulk copy into
-//                a ring of shared-memory stages over a cluster of 1 to 8 blocks, two rows always in flight
-//                (bfloat16 512 x 32768 79 -> 96 % of a copy, float32 256 x 65536 81 -> 89 %;
-//                results/h100/rmsnorm_forward_bulk_2026-11-26.md; and since its ring counts its stages,
-//                large batches of 2-byte rows of 65536: bfloat16 256 x 65536 89 -> 98 %,
-//                results/h100/norm_bulk_ring_2026-11-27.md).
+//   forward v2   the norm engine's forward (kernels/norm_engine/, Norm::kRms; engine.cuh's table says which
+//                kernel runs for which shape), rmsnorm_forward_v2: lesson 03's forward v3 for RMSNorm
+//                (forward_kernel: the row in registers as 16-byte packs, a row group of 1 to 32 warps per
+//                row, one group sum of squares instead of two; float rows load their weights with the row:
+//                1 x 4096 6.3 -> 5.0 us); rows too long for registers one block per row (forward_long_kernel)
+//                or on sm_90 a cluster of 2-8 blocks whose shared memory holds the row together; on sm_90
+//                forward_bulk_kernel where it is faster: rows by bulk copy into a ring of shared-memory
+//                stages, two rows always in flight (bf16 512 x 32768 79 -> 96 % of a copy, float32
+//                256 x 65536 81 -> 89 %, bf16 256 x 65536 89 -> 98 %).
 //   backward v1  backward_v1_dx_kernel and backward_v1_dw_kernel, rmsnorm_backward_v1: one warp per row
-//                for grad_x (two reads of the row), one thread per column for grad_weight.
-//   backward v2  backward_kernel and sum_partials_kernel (rmsnorm_common.cuh), rmsnorm_backward_v2:
-//                lesson 03's backward v2: one pass, a persistent grid of row groups with the next row in
-//                flight, grad_weight summed per block in shared memory, the blocks' partial rows added in
-//                a fixed order (no atomics: the same bits on every run). Rows longer than one block holds
-//                at 8 values per thread: float and double over a thread block cluster of 2 blocks on sm_90
-//                (each a slice of the row in registers, the row sums shared through distributed shared
-//                memory), else 16 values per thread; longer rows on sm_90 backward_bulk_kernel (a cluster
-//                of 1 to 8 blocks per row, the row's slices by bulk copy into shared memory, two rows in
-//                flight: x and grad_y read once; the exchange by st.async and the counted ring of
-//                2026-11-27 took bfloat16 512 x 32768 from 66 to 81-83 % of a copy, LayerNorm's to 79 %),
-//                elsewhere backward_long_rows_kernel, then
-//                backward_long_cols_kernel (read twice). On sm_90, rows of one 16-byte pack per thread
-//                (2-byte up to 8192, float up to 4096) take lesson 03's backward_v2_bulk_kernel<kRms>
-//                (layernorm_bulk.cuh), as LayerNorm's 2-byte rows do: rounds of whole rows by bulk copy,
-//                three in flight per SM, a cooperative grid that finishes grad_weight itself (bfloat16
-//                73-78 -> 83-87 % of a copy; results/h100/rmsnorm_rounds_2026-11-26.md).
+//                for grad_x (two reads of the row; the formula spelled out, as the lesson derives it), one
+//                thread per column for grad_weight.
+//   backward v2  the engine's backward, rmsnorm_backward_v2: lesson 03's backward v2 (backward_kernel: one
+//                pass, a persistent grid of row groups with the next row in flight, grad_weight summed per
+//                block in shared memory, the blocks' partial rows added by sum_partials_kernel in a fixed
+//                order: the same bits on every run). Longer rows: over a cluster of 2 blocks (float,
+//                double), or on sm_90 backward_bulk_kernel (a cluster of 1-8 blocks per row, slices by bulk
+//                copy, two rows in flight, x and grad_y read once: bf16 512 x 32768 66 -> 81-83 % of a
+//                copy), elsewhere backward_long_rows_kernel + backward_long_cols_kernel (read twice). On
+//                sm_90, batches of rows of one 16-byte pack per thread above 1 MiB take lesson 03b's
+//                backward_v2_bulk_kernel<kRms> (norm_engine/rounds.cuh): rounds of whole rows by bulk copy,
+//                three in flight per SM (bf16 73-78 -> 83-87 % of a copy).
 //
 // Unaligned pointers, or N not a multiple of the pack width, run the same kernels with one value per pack.
 // Everything is computed in Acc<T> (float, double for double inputs) and stored as T.
-#include "norm_engine/rmsnorm_common.cuh"
+#include "norm_engine/engine.cuh"
 #include "rmsnorm.h"
 
-using rmsnorm::Norm;
+using norm_engine::Norm;
 
 namespace {
 
@@ -62,7 +52,7 @@ __global__ void forward_v1_kernel(const T* __restrict__ x, const T* __restrict__
   const T* xr = x + row * N;
   acc_t sq = 0;
   for (int j = 0; j < N; ++j) sq += to_acc(xr[j]) * to_acc(xr[j]);
-  const acc_t rs = rmsnorm::rsqrt_acc(sq / N + eps);
+  const acc_t rs = norm_engine::rsqrt_acc(sq / N + eps);
   for (int j = 0; j < N; ++j) y[row * N + j] = from_acc<T>(to_acc(xr[j]) * rs * to_acc(w[j]));
   rstd[row] = rs;
 }
@@ -79,9 +69,10 @@ __global__ void backward_v1_dx_kernel(const T* __restrict__ dy, const T* __restr
   acc_t s = 0;
   for (int j = threadIdx.x; j < N; j += 32)
     s += to_acc(dy[row * N + j]) * to_acc(w[j]) * to_acc(x[row * N + j]);
-  s = rmsnorm::lane_sum(s) * rs / N;  // mean(g * xhat)
+  s = norm_engine::lane_sum(s) * rs / N;  // mean(g * xhat)
   for (int j = threadIdx.x; j < N; j += 32) {
     const acc_t xh = to_acc(x[row * N + j]) * rs;
+    // grad_x spelled out, as the lesson derives it (grad_x in norm_engine/grad.cuh elsewhere)
     dx[row * N + j] = from_acc<T>(rs * (to_acc(dy[row * N + j]) * to_acc(w[j]) - xh * s));
   }
 }
@@ -118,8 +109,8 @@ void rmsnorm_forward_v1(const T* x, const T* weight, T* y, Acc<T>* rstd, int64_t
 template <typename T>
 void rmsnorm_forward_v2(const T* x, const T* weight, T* y, Acc<T>* rstd, int64_t M, int N, Acc<T> eps,
                         cudaStream_t stream) {
-  rmsnorm::launch_forward<T, Norm::kRms, false>(x, nullptr, weight, nullptr, y, nullptr, nullptr, rstd, M, N,
-                                                eps, stream);
+  norm_engine::launch_forward<T, Norm::kRms, false>(x, nullptr, weight, nullptr, y, nullptr, nullptr, rstd, M,
+                                                    N, eps, stream);
 }
 
 template <typename T, typename P>
@@ -136,14 +127,15 @@ void rmsnorm_backward_v1(const T* grad_y, const T* x, const Acc<T>* rstd, const 
 template <typename T>
 int64_t rmsnorm_backward_v2_workspace(const T* grad_y, const T* x, const T* weight, const T* grad_x,
                                       int64_t M, int N) {
-  return rmsnorm::backward_workspace<T, Norm::kRms>(grad_y, nullptr, x, weight, grad_x, M, N);
+  return norm_engine::backward_workspace<T, Norm::kRms>(grad_y, nullptr, x, weight, grad_x, M, N);
 }
 
 template <typename T, typename P>
 void rmsnorm_backward_v2(const T* grad_y, const T* x, const Acc<T>* rstd, const T* weight, T* grad_x,
                          P* grad_weight, Acc<T>* workspace, int64_t M, int N, cudaStream_t stream) {
-  rmsnorm::launch_backward<T, Norm::kRms, P>(grad_y, nullptr, x, nullptr, rstd, weight, grad_x, grad_weight,
-                                             static_cast<P*>(nullptr), workspace, M, N, stream);
+  norm_engine::launch_backward<T, Norm::kRms, P>(grad_y, nullptr, x, nullptr, rstd, weight, grad_x,
+                                                 grad_weight, static_cast<P*>(nullptr), workspace, M, N,
+                                                 stream);
 }
 
 #define INSTANTIATE(T)                                                                                      \

@@ -132,7 +132,7 @@ def test_kernel_time_without_a_gpu_says_what_it_needs():
 def test_kernel_time_counts_fn_kernels_not_the_flush():
     """Nothing launched: zero (the flush's kernels are left out); one copy: its kernel alone, shorter than the
     events around the call, and twice the copies: about twice the time."""
-    x = torch.randn(1 << 24, device="cuda")
+    x = torch.randn(1 << 26, device="cuda")  # 256 MiB: far past any L2 (an H200's holds much of 64 MiB)
     y = torch.empty_like(x)
     assert bench.kernel_time(lambda: None, calls=5) == 0
     one = bench.kernel_time(lambda: y.copy_(x))

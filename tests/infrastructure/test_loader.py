@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from helpers import loader
+from helpers.loader import toolchain
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -125,8 +126,8 @@ def pch_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("COURSE_PCH", "1")  # on by default only with 4+ cores; CI has 2
     monkeypatch.setenv("COURSE_UNITY", "0")  # as with 4+ cores: each file its own compile
-    monkeypatch.setattr(loader, "PCH_HEADER", SMALL_PCH)
-    monkeypatch.setattr(loader, "PCH_BINDING", SMALL_BINDING)
+    monkeypatch.setattr(toolchain, "PCH_HEADER", SMALL_PCH)
+    monkeypatch.setattr(toolchain, "PCH_BINDING", SMALL_BINDING)
     for op in ("one", "two"):
         (tmp_path / f"{op}.cpp").write_text(GLUE)
         (tmp_path / f"{op}_value.cpp").write_text(f"int value() {{ return {len(op)}; }}\n")
@@ -161,7 +162,7 @@ def test_pch_is_built_once_and_reused_by_a_second_op(pch_dir, capsys):
 @needs_gcc
 def test_the_pch_is_part_of_the_glues_object_hash(pch_dir, monkeypatch):
     load_toy(pch_dir, "one")
-    monkeypatch.setattr(loader, "PCH_HEADER", SMALL_PCH + "#include <vector>\n")
+    monkeypatch.setattr(toolchain, "PCH_HEADER", SMALL_PCH + "#include <vector>\n")
     load_toy(pch_dir, "one")  # a new PCH: the glue's object is a new one, the torch-free file's is not
     assert loader.last_build.pch_built and loader.last_build.compiled == ["one.cpp"]
     load_toy(pch_dir, "two")
@@ -199,7 +200,7 @@ def test_a_stale_pch_is_reported_and_does_not_break_the_build(pch_dir, capsys):
 
 @needs_gcc
 def test_a_pch_that_cannot_be_built_falls_back_to_the_plain_compile(pch_dir, monkeypatch, capsys):
-    monkeypatch.setattr(loader, "PCH_HEADER", SMALL_PCH + "#error this header cannot be precompiled\n")
+    monkeypatch.setattr(toolchain, "PCH_HEADER", SMALL_PCH + "#error this header cannot be precompiled\n")
     assert load_toy(pch_dir, "one").value() == 3
     assert loader.last_build.pch is None
     assert "Could not precompile" in capsys.readouterr().out
@@ -215,7 +216,7 @@ def test_a_second_process_waits_for_the_pch_lock(pch_dir):
     lock.write_text(f"{socket.gethostname()} {os.getpid()} 0")  # held by this (live) process
     script = (
         "import sys; from pathlib import Path; from helpers import loader;"
-        f"loader.PCH_HEADER = {SMALL_PCH!r}; loader.PCH_BINDING = {SMALL_BINDING!r}; d = Path({str(pch_dir)!r});"
+        f"loader.toolchain.PCH_HEADER = {SMALL_PCH!r}; loader.toolchain.PCH_BINDING = {SMALL_BINDING!r}; d = Path({str(pch_dir)!r});"
         "m = loader.load('one', [d / 'one.cpp', d / 'one_value.cpp'], cuda=False);"
         "print('value', m.value(), 'pch_built', loader.last_build.pch_built)"
     )
@@ -234,7 +235,7 @@ def test_concurrent_builds_of_two_ops_precompile_once(pch_dir):
     """Two processes building their first op at once precompile each header once between them."""
     script = (
         "import sys; from pathlib import Path; from helpers import loader;"
-        f"loader.PCH_HEADER = {SMALL_PCH!r}; loader.PCH_BINDING = {SMALL_BINDING!r}; d = Path({str(pch_dir)!r});"
+        f"loader.toolchain.PCH_HEADER = {SMALL_PCH!r}; loader.toolchain.PCH_BINDING = {SMALL_BINDING!r}; d = Path({str(pch_dir)!r});"
         "op = sys.argv[1]; run, n = loader._run, [0];"
         "loader._run = lambda cmd, what: (n.__setitem__(0, n[0] + ('precompiling' in what)), run(cmd, what))[1];"
         "m = loader.load(op, [d / f'{op}.cpp', d / f'{op}_value.cpp'], cuda=False);"
@@ -275,8 +276,8 @@ def test_with_few_cores_an_ops_torch_files_compile_as_one(tmp_path, monkeypatch)
 def test_a_linker_that_fails_falls_back_to_the_default_one(ext_dir, monkeypatch):
     """gold could not open the libstdc++.so of a g++ installed under /opt on the GPU test machine: the loader
     links again with the default linker instead of failing every build."""
-    loader._fast_linker.cache_clear()
-    monkeypatch.setattr(loader, "_fast_linker", lambda: ["-fuse-ld=no-such-linker"])
+    toolchain._fast_linker.cache_clear()
+    monkeypatch.setattr(toolchain, "_fast_linker", lambda: ["-fuse-ld=no-such-linker"])
     monkeypatch.setenv("COURSE_FAST_LINKER", "1")  # undone after the test, as the fallback sets it to 0
     (ext_dir / "val.h").write_text("#define BASE 30\n")
     (ext_dir / "value.cpp").write_text('#include "val.h"\nint value() { return BASE + 7; }\n')

@@ -20,7 +20,7 @@ DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 # for registers (the long-row kernels; on the CPU only two rows); on a GPU 131072 and 262144: rows too long
 # for one block's shared memory (sm_90: over a thread block cluster). M = 0 and 1 included.
 SHAPES = [(0, 3), (1,), (3, 3), (127, 127), (5, 1151), (1, 4096), (67, 4096), (2, 65536)]
-# Short rows in batches of several waves (kernels/norm_engine/rmsnorm_common.cuh: forward_short_rows, 4 or 2 rows per row
+# Short rows in batches of several waves (kernels/norm_engine/launch_forward.cuh: forward_short_rows, 4 or 2 rows per row
 # group; M odd, so the last group is part-empty): 40001x64, 20001x256, 16385x1024.
 GPU_SHAPES = [(4096, 4096), (9, 16384), (3, 32768), (40, 65536), (2, 3, 8192), (5, 131072), (2, 262144)]
 GPU_SHAPES += [(40001, 64), (20001, 256), (16385, 1024)]
@@ -177,17 +177,18 @@ def test_module_takes_what_nn_rmsnorm_takes(device):
 
 
 def test_kernel_file_header_maps_every_kernel():
-    """rmsnorm.cu's header is a map: every kernel it or rmsnorm_common.cuh defines is named in a header, and
+    """rmsnorm.cu's header is a map: every kernel it or the norm engine defines is named in a header, and
     every name there exists; every launcher of rmsnorm.h is in rmsnorm.cu's header."""
     kernel = r"__global__\s+(?:__launch_bounds__\([^)]*\)\s+)?void\s+(\w+)\("
     names = set()
-    for f in ("rmsnorm/rmsnorm.cu", "norm_engine/rmsnorm_common.cuh", "add_norm/add_norm.cu"):
+    headers = ("rmsnorm/rmsnorm.cu", "norm_engine/engine.cuh", "norm_engine/forward.cuh", "norm_engine/backward.cuh")
+    for f in (*headers, "norm_engine/rounds.cuh", "add_norm/add_norm.cu"):
         lines = (loader.KERNELS / f).read_text().splitlines()
         header = "\n".join(lines[: next(i for i, line in enumerate(lines) if not line.startswith("//"))])
         names |= set(re.findall(r"\b(\w+_kernel)\b", header))
     text = "".join(
         (loader.KERNELS / f).read_text()
-        for f in ("rmsnorm/rmsnorm.cu", "norm_engine/rmsnorm_common.cuh", "layernorm/layernorm_bulk.cuh")
+        for f in ("rmsnorm/rmsnorm.cu", "norm_engine/forward.cuh", "norm_engine/backward.cuh", "norm_engine/rounds.cuh")
     )
     defined = set(re.findall(kernel, text))
     assert defined <= names, f"kernels no header maps: {sorted(defined - names)}"

@@ -1,22 +1,25 @@
-// kernels/layernorm/layernorm_bulk.cuh: lesson 03's backward by bulk copies (backward_v2_bulk_kernel,
-// explained in notebooks/03b_layernorm_hopper.ipynb), in a header so that lesson 05's RMSNorm runs it too
-// (kRms: no mean, no grad_bias, no mean(g) term). kernels/layernorm/layernorm.hopper.cu and
-// kernels/norm_engine/rmsnorm_common.cuh include it.
+// kernels/norm_engine/rounds.cuh: lesson 03b's backward by bulk copies (backward_v2_bulk_kernel, explained
+// in notebooks/03b_layernorm_hopper.ipynb), in the engine because both LayerNorm's kAuto
+// (layernorm.hopper.cu) and the engine's RMSNorm (kRms: no mean, no grad_bias, no mean(g) term;
+// launch_backward.cuh) run it. It keeps the ladder's name: it is lesson 03's backward v2, by bulk copy.
 //
 //   finish_column_sums       the end of a one-kernel backward: the K x N column sums from the blocks' partial
 //                            rows, in a fixed order, after the grid barrier
 //   backward_v2_bulk_kernel  rows by bulk copy into a ring of 4 shared-memory buffers, a cooperative grid
 //                            (in clusters of 2 blocks where a block's partial row is large: the pair adds
 //                            its sums through distributed shared memory, half the partial rows)
-//   plan_backward_bulk       its plan (sm_90+, float/half/bf16, rows of at most 1024 16-byte packs)
+//   RoundsPlan, plan_backward_bulk  its plan (sm_90+, float/half/bf16, rows of at most 1024 16-byte packs)
 #pragma once
 
 #include <cooperative_groups.h>
 
-#include "layernorm_common.cuh"
-#include "norm_engine/bulk_copy.cuh"  // bulk:: (the Tensor Memory Accelerator's bulk copies and mbarriers)
+#include "bulk_copy.cuh"  // bulk:: (the Tensor Memory Accelerator's bulk copies and mbarriers)
+#include "config.h"
+#include "grad.cuh"
+#include "occupancy.h"
+#include "row.cuh"
 
-namespace layernorm {
+namespace norm_engine {
 
 // The end of a one-kernel backward v2: grad_weight and grad_bias from the [2][G][N] partial sums (G rows,
 // gridDim.x by default: one per block), split over the blocks of the grid (common.h's add_columns_in_order:
@@ -57,26 +60,9 @@ __device__ __forceinline__ void finish_column_sums(const acc_t* partials, int N,
 
 constexpr int kBulkBuffers = 4;  // rounds in flight: 3 (3 and 6 buffers were slower)
 
-#ifndef LAYERNORM_BULK_SUM_COLS
-#define LAYERNORM_BULK_SUM_COLS 4
-#endif
-// The column sums at the end four float columns per 16-byte load (add_columns_in_order's kCols); the ring,
-// their scratch, holds far more than four floats per thread. 1: one column per thread, as before.
-constexpr int kBulkSumCols = LAYERNORM_BULK_SUM_COLS;
-
-// Blocks per thread block cluster of backward_v2_bulk_kernel (plan_backward_bulk) where a block's row of
-// partial sums has at least LAYERNORM_BULK_CLUSTER_FROM bytes: the blocks of a cluster add their column sums
-// through distributed shared memory before they are written, so the grid writes, and then reads back from
-// L2, half the partial rows. On the H100 that paid for LayerNorm's 64 KB rows (two sums of 8192 columns):
-// bf16 512 x 8192 25.4 -> 22.9 us, 2048 x 8192 50.8 -> 49.3 us (8192 x 8192: 1.9 % slower). With RMSNorm's
-// rows and LayerNorm's shorter ones, clusters of 2 were 1-3 % slower and clusters of 4 within 1.5 % either
-// way (results/h100/norm_bulk_finish_2026-11-27.md). 1: no clusters.
-#ifndef LAYERNORM_BULK_CLUSTER
-#define LAYERNORM_BULK_CLUSTER 2
-#endif
-#ifndef LAYERNORM_BULK_CLUSTER_FROM
-#define LAYERNORM_BULK_CLUSTER_FROM 65536
-#endif
+// The column sums at the end: four float columns per 16-byte load (add_columns_in_order's kCols); the ring,
+// their scratch, holds far more than four floats per thread.
+constexpr int kBulkSumCols = 4;
 
 // Shared memory of backward_v2_bulk_kernel: [reduction buffers | mbarriers | mean, rstd | row buffers].
 template <typename T>
@@ -202,7 +188,7 @@ __global__ __launch_bounds__(1024) void backward_v2_bulk_kernel(
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
         const acc_t d = gv[j], xh = (xv[j] - mu) * rs;
-        out[j] = rs * (d * wv[j] - mg - xh * mgx);
+        out[j] = grad_x(rs, d * wv[j], mg, xh, mgx);
         aw[j] += d * xh;
         if constexpr (!kRms) ab[j] += d;
       }
@@ -310,7 +296,7 @@ __global__ __launch_bounds__(1024) void backward_v2_bulk_kernel(
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
         const acc_t d = gv[j], xh = (xv[j] - mu) * rs;
-        out[j] = rs * (d * wv[j] - mg - xh * mgx);
+        out[j] = grad_x(rs, d * wv[j], mg, xh, mgx);
       }
       reinterpret_cast<Pack<T, kVec>*>(dx + row * N)[c] = to_pack<T>(out);
     }
@@ -340,11 +326,21 @@ __global__ __launch_bounds__(1024) void backward_v2_bulk_kernel(
 }
 
 // backward_v2_bulk_kernel (sm_90+, float/half/bf16, one 16-byte pack of the row per thread, so rows up to
-// 8192 bf16 or 4096 floats, in R = 1024 / threads groups). No plan (kind 0) elsewhere. kRms, P: the
+// 8192 bf16 or 4096 floats, in R = 1024 / threads groups). No plan (blocks 0) elsewhere. kRms, P: the
 // kernel's (RMSNorm, grad_weight's type).
+// How backward_v2_bulk_kernel runs: its block (threads per row x rows per round), grid, dynamic shared memory
+// and cluster; blocks == 0: it does not apply.
+struct RoundsPlan {
+  dim3 block;
+  int blocks = 0;  // a cooperative grid of equal rounds, whole clusters
+  size_t smem = 0;
+  int cluster = 1;     // blocks per thread block cluster (1: none); blocks / cluster partial rows
+  bool early = false;  // the last round arrives at the grid barrier before its grad_x
+};
+
 template <typename T, bool kRms = false, typename P = T>
-BackwardPlan plan_backward_bulk(int64_t M, int N, bool early) {
-  BackwardPlan plan;
+RoundsPlan plan_backward_bulk(int64_t M, int N, bool early) {
+  RoundsPlan plan;
   constexpr int V = kPack16<T>;
   if constexpr (sizeof(T) <= 4) {
     if (device_attribute<cudaDevAttrComputeCapabilityMajor>() < 9 ||
@@ -370,9 +366,9 @@ BackwardPlan plan_backward_bulk(int64_t M, int N, bool early) {
     // Clusters of C blocks where a block's partial row is large (what they save), the grid has a few of
     // them, and every cluster fits at once (a cooperative grid), with the grid rounded up to whole clusters:
     // the same rounds, the extra blocks' rows beyond M.
-    constexpr int C = LAYERNORM_BULK_CLUSTER;
+    constexpr int C = kBackward.rounds_cluster;
     const size_t row_bytes = (kRms ? 1 : 2) * size_t(N) * sizeof(Acc<T>);
-    if (C > 1 && row_bytes >= LAYERNORM_BULK_CLUSTER_FROM && plan.blocks >= 4 * C) {
+    if (C > 1 && row_bytes >= kBackward.rounds_cluster_from && plan.blocks >= 4 * C) {
       const size_t smem_c = BulkLayout<T>{int(rows), N, early, C}.total_bytes();
       const int64_t blocks_c = ceil_div<int64_t>(plan.blocks, C) * C;
       if (smem_c <= size_t(device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>()) &&
@@ -382,12 +378,9 @@ BackwardPlan plan_backward_bulk(int64_t M, int N, bool early) {
         plan.cluster = C;
       }
     }
-    plan.kind = 4;
     plan.early = early;
-    plan.packs = 1;
-    plan.fuse = true;
   }
   return plan;
 }
 
-}  // namespace layernorm
+}  // namespace norm_engine
