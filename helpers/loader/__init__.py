@@ -404,6 +404,8 @@ def build_times(name: str = "hello") -> dict[str, Build]:
         edited = Path(tmp, "src", target.name)
         edited.parent.mkdir()
         shutil.copy(target, edited)
+        for header in (p for p in target.parent.iterdir() if p.suffix in (".h", ".cuh")):
+            shutil.copy(header, edited.parent)  # its own folder's headers, found beside it as in kernels/NAME/
         with open(edited, "a") as f:
             f.write("\n// an edit: a comment changes the file's hash, so it is compiled again\n")
         os.environ["COURSE_CACHE"] = tmp

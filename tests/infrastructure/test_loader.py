@@ -236,8 +236,8 @@ def test_concurrent_builds_of_two_ops_precompile_once(pch_dir):
     script = (
         "import sys; from pathlib import Path; from helpers import loader;"
         f"loader.toolchain.PCH_HEADER = {SMALL_PCH!r}; loader.toolchain.PCH_BINDING = {SMALL_BINDING!r}; d = Path({str(pch_dir)!r});"
-        "op = sys.argv[1]; run, n = loader._run, [0];"
-        "loader._run = lambda cmd, what: (n.__setitem__(0, n[0] + ('precompiling' in what)), run(cmd, what))[1];"
+        "op = sys.argv[1]; run, n = loader.toolchain._run, [0];"  # the PCH is built in toolchain._ensure_pch
+        "loader.toolchain._run = lambda cmd, what: (n.__setitem__(0, n[0] + ('precompiling' in what)), run(cmd, what))[1];"
         "m = loader.load(op, [d / f'{op}.cpp', d / f'{op}_value.cpp'], cuda=False);"
         "print('value', m.value(), 'precompiled', n[0])"
     )
