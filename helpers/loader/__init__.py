@@ -24,7 +24,7 @@ per edit. This loader keeps the design that makes edits cheap:
   kernel is an import (well under a second), and undoing an edit finds the old module again;
 * outputs are written to a temporary name and renamed, so an interrupted build leaves nothing half
   written; a lock held by a process that no longer exists is removed with a note;
-* compile errors are shown as ``kernels/file.cu:LINE`` with the offending line, and the module loaded
+* compile errors are shown as ``kernels/OP/file.cu:LINE`` with the offending line, and the module loaded
   before stays usable (the failing ``load`` raises; your variable keeps the old module).
 
 The package's parts: this module (which files an op is made of, the build, the import, ``show``),

@@ -39,7 +39,6 @@ def extension(name: str):
 # default, is the registered op torch.ops.course.NAME; N runs the lesson's ladder, forward vN and backward vN
 # (the ladder's last backward where it has no vN), through the lesson's Python autograd.Function over the
 # op's pybind11 module (ext.forward/ext.backward with a version: the lessons' ladders).
-VERSION_DOC = "version=None: torch.ops.course.{op}; version=N: the lesson's forward vN and backward vN (or its last)"
 
 
 def backward_version(version: int, last: int) -> int:
