@@ -106,11 +106,23 @@ class _Cached:
         pass
 
 
-def test_plot_sweep_has_one_line_per_impl_plus_ceiling():
-    rows = [dict(impl=i, numel=n, gbps=float(n), copy_gbps=2.0 * n) for i in ("a", "b") for n in (1, 2, 4)]
-    fig = plot.sweep(rows, title="t")
-    labels = [line.get_label() for line in fig.axes[0].get_lines()]
-    assert labels == ["a", "b", "copy (ceiling)"]
+def test_plot_sweep_has_one_line_per_impl_plus_copy():
+    rows = [dict(impl=i, numel=n, gbps=float(n), copy_gbps=2.0 * n, pct_copy=50.0) for i in ("a", "b") for n in (1, 2, 4)]
+    for y in ("gbps", "pct_copy"):
+        fig = plot.sweep(rows, y=y, title="t")
+        labels = [line.get_label() for line in fig.axes[0].get_lines()]
+        assert labels == ["a", "b", "copy of the same bytes"]
+        assert fig.axes[0].get_ylim()[0] == 0, "y starts at 0"
+
+
+def test_plot_colours_are_one_per_impl_everywhere():
+    rows = [dict(impl=i, numel=n, pct_copy=50.0, ms=1.0) for i in ("native", "mine", "ours") for n in (1, 2)]
+    first = plot.grid(rows, [("p", lambda r: True), ("q", lambda r: r["impl"] != "native")])
+    colours = [{ln.get_label(): ln.get_color() for ln in ax.get_lines()} for ax in first.axes[:2]]
+    assert colours[0]["mine"] == colours[1]["mine"] and colours[0]["ours"] == colours[1]["ours"]
+    assert len({colours[0][i] for i in ("native", "mine", "ours")}) == 3
+    assert plot.color("mine") == colours[0]["mine"]
+    assert plot.latency(rows, x="numel").axes[0].get_yscale() == "log"
 
 
 @needs_gpu
