@@ -1,5 +1,6 @@
 """The habits CI enforces: ruff lint and format for Python, clang-format for kernels/."""
 
+import json
 import os
 import re
 import shutil
@@ -139,3 +140,23 @@ def test_code_has_no_lab_log():
         f"{len(found)} lab-log trace(s): state the decision and its reason instead (the fact, not where or when "
         "it was measured):\n" + "\n".join(found)
     )
+
+
+def lesson_lab_log() -> list[str]:
+    """'notebook cell N: text' for every lab-log trace in a lesson's markdown and code (a date, a results/ path,
+    an issue number, a run's name), and every acceptance printout (a target "met"/"MISSED" line): a lesson
+    teaches the mechanism in the present tense; the history is in docs/ and git."""
+    printout = re.compile(r"\bMISSED\b|\btargets?\b[^\n]*\bmet\b|\bmet\b[^\n]*\btargets?\b", re.IGNORECASE)
+    found = []
+    for path in sorted((ROOT / "notebooks").glob("[0-9]*.ipynb")):
+        for i, cell in enumerate(json.loads(path.read_text())["cells"]):
+            text = "".join(cell["source"])
+            for pattern in (_LAB_LOG, printout):
+                for m in pattern.finditer(text):
+                    found.append(f"{path.name} cell {i}: {m.group(0)!r}")
+    return found
+
+
+def test_lessons_have_no_lab_log():
+    found = lesson_lab_log()
+    assert not found, f"{len(found)} lab-log trace(s) in the lessons:\n" + "\n".join(found)

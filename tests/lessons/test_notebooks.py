@@ -81,16 +81,40 @@ def test_cells_that_load_or_register_ops_are_tagged_registers(path):
 
 
 def _is_appendix(path: Path) -> bool:
-    """An optional appendix to a lesson has a letter after its number ("03b_layernorm_hopper"): no exercises."""
-    return re.match(r"\d+[a-z]", path.stem) is not None
+    """An optional appendix (metadata "course": {"appendix": true}, e.g. 03b's Hopper tuning) has no exercises."""
+    return bool(json.loads(path.read_text())["metadata"].get("course", {}).get("appendix"))
 
 
-@pytest.mark.parametrize(
-    "path", [p for p in NOTEBOOKS if not p.stem.startswith("00") and not _is_appendix(p)], ids=lambda p: p.stem
-)
-def test_every_lesson_has_at_least_two_selfchecks(path):
-    nb = json.loads(path.read_text())
-    assert len(_selfcheck_cells(nb)) >= 2, f"{path.name}: tag each exercise's self-check cell with 'selfcheck'"
+def _lesson(path: Path) -> str:
+    """A lesson's number: "02" for 02_fused_bias_relu and its second sitting 02b_fused_bias_relu_training."""
+    return re.match(r"\d+", path.stem).group(0)
+
+
+_SITTINGS = [p for p in NOTEBOOKS if not p.stem.startswith("00") and not _is_appendix(p)]
+
+
+@pytest.mark.parametrize("lesson", sorted({_lesson(p) for p in _SITTINGS}))
+def test_every_lesson_has_at_least_two_selfchecks(lesson):
+    counts = {p.name: len(_selfcheck_cells(json.loads(p.read_text()))) for p in _SITTINGS if _lesson(p) == lesson}
+    assert sum(counts.values()) >= 2, (
+        f"lesson {lesson}: tag each exercise's self-check cell with 'selfcheck' ({counts})"
+    )
+
+
+@pytest.mark.parametrize("path", _SITTINGS, ids=lambda p: p.stem)
+def test_every_sitting_has_an_exercise(path):
+    assert _selfcheck_cells(json.loads(path.read_text())), f"{path.name}: a sitting without an exercise only watches"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_sitting_states_its_time_and_ends_with_questions(path):
+    """One sitting each: the first markdown cell says how long it takes ("about 1.5 h", "about 40 min"); the
+    lesson ends with the questions it answers, each a <details> the learner opens."""
+    cells = json.loads(path.read_text())["cells"]
+    first = "".join(next(c for c in cells if c["cell_type"] == "markdown")["source"])
+    assert re.search(r"about \d+(\.\d+)? ?(h|hours?|min|minutes)\b", first), f"{path.name}: state the time at the top"
+    md = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    assert "Questions this lesson answers" in md and "<details>" in md, f"{path.name}: end with its questions"
 
 
 def _execute(path: Path, monkeypatch, solutions: bool, prepare=None, suffix: str | None = None):
@@ -155,3 +179,35 @@ def test_interact_runs_once_with_the_defaults_when_widgets_are_off(monkeypatch, 
     widgets.interact(lambda n, dtype: seen.append((n, dtype)), n=[4096, 1024], dtype=["float32", "bfloat16"])
     assert seen == [(4096, "float32")]
     assert "COURSE_NO_WIDGETS=1" in capsys.readouterr().out
+
+
+_SHOW = re.compile(r"loader\.show\(\s*\"([^\"]+)\",\s*\"([^\"]+)\"")
+
+
+def _shown():
+    for path in NOTEBOOKS:
+        for cell in json.loads(path.read_text())["cells"]:
+            if cell["cell_type"] == "code":
+                for file, name in _SHOW.findall("".join(cell["source"])):
+                    yield pytest.param(file, name, id=f"{path.stem}:{name}")
+
+
+@pytest.mark.parametrize("file, name", list(_shown()))
+def test_every_loader_show_prints_the_definition_it_names(file, name, capsys):
+    """loader.show(file, name) prints the definition of `name`: the line that names it starts a declaration
+    (not a comment, a call or a use inside another body: it is not indented, or it opens the body of what it
+    names, as a lambda does) and the block closes its brace."""
+    from helpers import loader
+
+    loader.show(file, name)
+    printed = capsys.readouterr().out.splitlines()[1:]
+    code = [line[6:] for line in printed]
+    uses = [line for line in code if name in line.split("//")[0] and not line.lstrip().startswith(("*", "/*"))]
+    assert uses, f"loader.show({file!r}, {name!r}) prints no code that names it (a comment matched?)"
+    named = uses[0]
+    opens = named.split("//")[0].rstrip().endswith("{")
+    assert named == named.lstrip() or opens, (
+        f"loader.show({file!r}, {name!r}) starts at a use, not a definition: {named!r}"
+    )
+    last = code[-1].split("//")[0].rstrip()
+    assert last.endswith(("}", "};", ")", ");")), f"loader.show({file!r}, {name!r}) ends mid-block: {code[-1]!r}"
