@@ -361,25 +361,38 @@ _reopened = 0
 # --------------------------------------------------------------------------------------------------
 
 
-def show(file: str | Path, name: str, *, with_comment: bool = True) -> None:
+def show(file: str | Path, name: str, *, with_comment: bool = True, through: str | None = None) -> None:
     """Print the definition of `name` in kernels/`file` (from its first line to its closing brace),
-    with the comment block just above it, and the line numbers, so notebooks show the real source."""
+    with the comment block just above it, and the line numbers, so notebooks show the real source.
+    `name` is matched in code only (a comment that mentions it is skipped), so pass the text that starts
+    the definition: "PYBIND11_MODULE(", "forward_v2_kernel(". through="..." prints on to the end of the
+    first definition after it that contains that text: a template and its specializations in one block."""
     path = Path(file) if Path(file).is_absolute() else KERNELS / file
     lines = path.read_text().splitlines()
-    start = next((i for i, line in enumerate(lines) if name in line and not line.lstrip().startswith("//")), None)
+
+    def code_has(i: int, text: str) -> bool:
+        line = lines[i]
+        return text in line.split("//")[0] and not line.lstrip().startswith(("*", "/*"))
+
+    start = next((i for i in range(len(lines)) if code_has(i, name)), None)
     if start is None:
-        raise ValueError(f"{name!r} not found in {_rel(str(path))}")
+        raise ValueError(f"{name!r} not found in the code of {_rel(str(path))}")
+    last = start
+    if through is not None:
+        last = next((i for i in range(start, len(lines)) if code_has(i, through)), None)
+        if last is None:
+            raise ValueError(f"{through!r} not found in the code of {_rel(str(path))} after {name!r}")
     first = start
     while (
         with_comment and first > 0 and lines[first - 1].strip() and not lines[first - 1].rstrip().endswith(("}", ";"))
     ):
         first -= 1  # the comment, template line and attributes above it, up to a blank line
-    depth, end, opened = 0, start, False
-    for end in range(start, len(lines)):
+    depth, end, opened = 0, last, False
+    for end in range(last, len(lines)):
         depth += lines[end].count("{") - lines[end].count("}")
         opened = opened or "{" in lines[end]
-        if opened and depth <= 0:
-            break
+        if (opened and depth <= 0) or (not opened and lines[end].rstrip().endswith(";")):
+            break  # the closing brace, or a declaration without a body (a `using`, a prototype)
     print(f"// {_rel(str(path))}, lines {first + 1}-{end + 1}")
     for i in range(first, end + 1):
         print(f"{i + 1:4d}  {lines[i]}")

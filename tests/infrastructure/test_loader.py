@@ -295,3 +295,45 @@ def test_the_pch_is_on_by_default_only_with_four_cores(monkeypatch):
     monkeypatch.setenv("COURSE_PCH", "1")
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     assert loader._pch_enabled()
+
+
+SHOWN = """\
+// toy.cpp: binds the module.
+#include <torch/csrc/utils/pybind.h>  // PYBIND11_MODULE: this file binds the module
+/* PYBIND11_MODULE in a block comment */
+
+template <typename T>
+struct Acc {
+  using type = float;
+};
+template <>
+struct Acc<double> {
+  using type = double;
+};
+template <typename T>
+using AccT = typename Acc<T>::type;
+
+int unrelated() { return 0; }
+
+PYBIND11_MODULE(toy, m) {
+  m.def("f", &unrelated);
+}
+"""
+
+
+def test_show_matches_code_not_comments(tmp_path, capsys):
+    """A comment that mentions the name (after code, or in a block comment) is not the definition."""
+    (tmp_path / "toy.cpp").write_text(SHOWN)
+    loader.show(tmp_path / "toy.cpp", "PYBIND11_MODULE(")
+    out = capsys.readouterr().out.splitlines()
+    assert out[1][6:] == "PYBIND11_MODULE(toy, m) {" and out[-1][6:] == "}"
+
+
+def test_show_through_prints_a_template_and_its_specializations(tmp_path, capsys):
+    (tmp_path / "toy.cpp").write_text(SHOWN)
+    loader.show(tmp_path / "toy.cpp", "struct Acc {", through="using AccT =")
+    code = [line[6:] for line in capsys.readouterr().out.splitlines()[1:]]
+    assert code[0] == "template <typename T>" and "struct Acc<double> {" in code
+    assert code[-1] == "using AccT = typename Acc<T>::type;"
+    with pytest.raises(ValueError, match="not found"):
+        loader.show(tmp_path / "toy.cpp", "struct Acc {", through="no such text")
