@@ -18,6 +18,7 @@ For the notebook:
     mod = library.import_kernel("polynomial_triton")   # kernels/polynomial/polynomial_triton.py, executed afresh
     library.rerun_demo()                        # pytorch#80865 in child processes: a C++ op's library loaded twice
     library.show(fn)                            # a Python function's source, with its file and line numbers
+    op = library.polynomial_custom_op(ext)      # lesson 04's Python route (sections 3-5) in one call, for 04b
     library.head("common/library.h")                   # the comment block a kernels/ file opens with
 """
 
@@ -235,6 +236,39 @@ def captured(fn):
     return graph.replay, outputs
 
 
+def polynomial_custom_op(ext, name: str = "lesson04::polynomial"):
+    """Lesson 04's Python route, its sections 3-5 in one call (the second sitting, 04b, starts from it):
+    lesson 01's pybind forward `ext.forward` made the op `name` by torch.library.custom_op, with its fake
+    kernel (register_fake) and its autograd formula (register_autograd, backward through
+    course::polynomial_backward). Calling it again makes the op afresh: custom_op replaces an op of the same
+    name, and the new one gets its registrations again. Returns the op."""
+    from .ops import polynomial as poly
+
+    poly.register()  # course::polynomial_backward and its fake kernel, which the backward calls
+
+    # The schema is written out: this module's annotations are strings (from __future__ import annotations).
+    @torch.library.custom_op(name, mutates_args=(), schema="(Tensor x, Tensor coeffs) -> Tensor")
+    def polynomial(x, coeffs):
+        return ext.forward(x, coeffs)
+
+    @polynomial.register_fake
+    def _(x, coeffs):
+        torch._check(coeffs.shape == (4,), lambda: f"coeffs must have shape [4], got {list(coeffs.shape)}")
+        return x.new_empty(x.shape)  # new, contiguous, of x's dtype and device: what ext.forward returns
+
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    def backward(ctx, grad_y):
+        x, coeffs = ctx.saved_tensors
+        need_x, need_coeffs = ctx.needs_input_grad
+        grad_x, grad_coeffs = torch.ops.course.polynomial_backward(grad_y, x, coeffs, need_coeffs)
+        return (grad_x if need_x else None), (grad_coeffs if need_coeffs else None)
+
+    polynomial.register_autograd(backward, setup_context=setup_context)
+    return polynomial
+
+
 def head(file: str) -> None:
     """Print the comment block a kernels/ file opens with (what it is, and why)."""
     lines = (loader.KERNELS / file).read_text().splitlines()
@@ -248,7 +282,7 @@ def head(file: str) -> None:
 # --------------------------------------------------------------------------------------------------
 
 RERUN_SOURCE = """\
-// One op and its CPU kernel, x + VALUE, registered two ways (lesson 04, section 12).
+// One op and its CPU kernel, x + VALUE, registered two ways (lesson 04b, section 6).
 #include <ATen/ATen.h>
 
 at::Tensor rerun_demo(const at::Tensor& x) { return x + VALUE; }

@@ -153,6 +153,24 @@ def test_calls_counts_an_op_also_inside_backward(square_ext):
     library.fresh("square autograd")
 
 
+def test_polynomial_custom_op_is_lesson_04s_python_route_and_can_be_made_again():
+    """What 04b's setup cell calls (twice, as a re-run does): the op matches the reference, has its fake
+    kernel and autograd (opcheck, gradcheck), and a second call replaces it with a working one."""
+    from helpers.ops import polynomial as poly
+
+    ext = load_solutions("polynomial")
+    for _ in range(2):
+        op = library.polynomial_custom_op(ext)
+    c = torch.tensor([1.5, 0.5, -2.0, 0.25], dtype=torch.float64, requires_grad=True)
+    x = torch.randn(33, 5, dtype=torch.float64, requires_grad=True)
+    check.assert_close(op(x, c), poly.reference(x, c))
+    assert check.gradcheck(op, x, c)
+    torch.library.opcheck(op, (torch.randn(7, 3, requires_grad=True).t(), c.detach().float()))
+    assert (
+        str(torch.ops.lesson04.polynomial.default._schema) == "lesson04::polynomial(Tensor x, Tensor coeffs) -> Tensor"
+    )
+
+
 def test_first_lines_keeps_the_type_and_cuts_long_lines():
     text = library.first_lines(ValueError("a" * 300 + "\n\nsecond\nthird"), n=2, width=50)
     assert text == "ValueError: " + "a" * 47 + "...\n    second"
