@@ -76,9 +76,7 @@ Four forward_impl(const at::Tensor& x_in, const at::Tensor& res_in, at::IntArray
                                  y.data_ptr<scalar_t>(), h.data_ptr<scalar_t>(), mp, rstd.data_ptr<acc_t>(),
                                  M, N, static_cast<acc_t>(eps));
       };
-      if constexpr (!std::is_same_v<scalar_t, acc_t>)
-        if (param_type == at::kFloat) return run(float{});
-      run(scalar_t{});
+      norm_ops::with_param_type<scalar_t>(param_type, run);
       return;
     }
 #ifdef WITH_CUDA
@@ -172,9 +170,7 @@ Three backward_impl(const at::Tensor& grad_y_in, const std::optional<at::Tensor>
       }
 #endif
     };
-    if constexpr (!std::is_same_v<scalar_t, acc_t>)
-      if (param_type == at::kFloat) return run(float{});
-    run(scalar_t{});
+    norm_ops::with_param_type<scalar_t>(param_type, run);
   });
   return {grad_in, grad_w, grad_b};
 }

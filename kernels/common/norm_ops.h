@@ -7,6 +7,7 @@
 //   check_params(x, shape, {{&w, "weight"}, ...})  dtype x's, or float32 beside a half/bf16 x; shape; device
 //   check_eps(eps), default_eps(x, eps)   eps None: native rms_norm's, the epsilon of x's math type
 //   check_stats(t, "rstd", x, leading)    a saved statistic: float32 (float64 for a float64 x), leading shape
+//   with_param_type<scalar_t>(type, run)  run(P{}), P float for float32 parameters of a half/bf16 x, else x's
 //   cpu_param<P>(p, N, value, keep, fill) the parameter's data, or a row of `value` for None
 //   cuda_param(p, x, N, value)            a contiguous [N] tensor of x's dtype, or a kept row of `value`
 #pragma once
@@ -16,6 +17,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -129,6 +131,15 @@ inline void check_grad(const at::Tensor& g, const char* name, const at::Tensor& 
   check_same_device(g, name, x, x_name);
   check_same_dtype(g, name, x, x_name);
   check_shape(g, name, x.sizes());
+}
+
+// run(P{}) with P the parameters' element type: float for float32 parameters beside a float16/bfloat16 x
+// (the mixed call native layer_norm allows), else x's own scalar_t.
+template <typename scalar_t, typename Run>
+void with_param_type(at::ScalarType param_type, const Run& run) {
+  if constexpr (!std::is_same_v<scalar_t, at::opmath_type<scalar_t>>)
+    if (param_type == at::kFloat) return run(float{});
+  run(scalar_t{});
 }
 
 template <typename P>

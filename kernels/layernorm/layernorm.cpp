@@ -54,6 +54,7 @@ namespace {
 // ---------------------------------------------------------------------------------------------------
 
 using norm_ops::check_eps;
+using norm_ops::check_grad;
 using norm_ops::check_stats;
 using norm_ops::check_x;
 using norm_ops::defined;
@@ -149,9 +150,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_impl(const at::Tensor& x_
                               mean.data_ptr<acc_t>(), rstd.data_ptr<acc_t>(), M, N, static_cast<acc_t>(eps),
                               version == 2);
       };
-      if constexpr (!std::is_same_v<scalar_t, acc_t>)
-        if (param_type == at::kFloat) return run(float{});
-      run(scalar_t{});
+      norm_ops::with_param_type<scalar_t>(param_type, run);
       return;
     }
 #ifdef WITH_CUDA
@@ -181,10 +180,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_impl(
     BackwardKernel kernel) {
   const int64_t N = check_x(x_in, normalized_shape);
   const at::ScalarType param_type = check_params(x_in, normalized_shape, weight, bias);
-  check_floating(grad_y_in, "grad_y");
-  check_same_device(grad_y_in, "grad_y", x_in, "x");
-  check_same_dtype(grad_y_in, "grad_y", x_in, "x");
-  check_shape(grad_y_in, "grad_y", x_in.sizes());
+  check_grad(grad_y_in, "grad_y", x_in, "x");
   const auto leading = x_in.sizes().slice(0, x_in.dim() - normalized_shape.size());
   check_stats(mean_in, "mean", x_in, leading);
   check_stats(rstd_in, "rstd", x_in, leading);
@@ -215,9 +211,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_impl(
                                dx.data_ptr<scalar_t>(), want_w ? grad_w.data_ptr<P>() : nullptr,
                                want_b ? grad_b.data_ptr<P>() : nullptr, M, N, version == 1);
       };
-      if constexpr (!std::is_same_v<scalar_t, acc_t>)
-        if (param_type == at::kFloat) return run(float{});
-      run(scalar_t{});
+      norm_ops::with_param_type<scalar_t>(param_type, run);
       return;
     }
 #ifdef WITH_CUDA

@@ -150,7 +150,9 @@ struct Row {  // this thread's share of one row of x and grad_y, plus that row's
 // row's math, so memory stays busy through the reductions. Shared memory: two reduction buffers, then per
 // group [grad_weight sums | grad_bias sums] (N each), each column owned by the thread that owns it in the
 // row: no conflicts, no atomics. Ends with the block's row of partial sums written; returns the shared
-// memory the column sums used (free again), for the caller's scratch.
+// memory the column sums used (free again), for the caller's scratch. Lesson 03's version, spelled out on
+// purpose: norm_engine/backward.cuh's backward_kernel repeats its set-up, generalized to clusters and
+// RMSNorm.
 template <typename T, int kVec, int kPacks>
 __device__ __forceinline__ Acc<T>* backward_v2_rows(const T* __restrict__ dy, const T* __restrict__ x,
                                                     const Acc<T>* __restrict__ mean,

@@ -201,12 +201,7 @@ Result forward_impl(const at::Tensor& x_in, at::IntArrayRef normalized_shape,
         forward_cpu(x.data_ptr<scalar_t>(), cpu_param<P>(weight, N, 1, wk, wf), y.data_ptr<scalar_t>(),
                     rstd.data_ptr<acc_t>(), M, N, static_cast<acc_t>(eps), seed, offset, threshold, scale);
       };
-      if constexpr (std::is_same_v<scalar_t, acc_t>)
-        run(scalar_t{});
-      else if (param_type == at::kFloat)  // float32 weight beside a float16/bfloat16 x
-        run(float{});
-      else
-        run(scalar_t{});
+      norm_ops::with_param_type<scalar_t>(param_type, run);
       state.data_ptr<int64_t>()[0] = static_cast<int64_t>(seed);
       state.data_ptr<int64_t>()[1] = static_cast<int64_t>(offset);
       return;
@@ -299,12 +294,7 @@ std::tuple<at::Tensor, at::Tensor> backward_impl(const at::Tensor& grad_y_in, co
               int(N), saved_rng_state(state), threshold, scale, on.stream);
 #endif
         };
-        if constexpr (std::is_same_v<scalar_t, acc_t>)
-          run(scalar_t{});
-        else if (param_type == at::kFloat)
-          run(float{});
-        else
-          run(scalar_t{});
+        norm_ops::with_param_type<scalar_t>(param_type, run);
       });
   if (!done) return v1();
   const auto none = [&](const at::Tensor& t) { return at::empty({0}, t.options()); };

@@ -55,9 +55,7 @@ std::tuple<at::Tensor, at::Tensor> forward_impl(const at::Tensor& x_in, at::IntA
             static_cast<const P*>(nullptr), y.data_ptr<scalar_t>(), static_cast<scalar_t*>(nullptr),
             static_cast<acc_t*>(nullptr), rstd.data_ptr<acc_t>(), M, N, static_cast<acc_t>(eps));
       };
-      if constexpr (!std::is_same_v<scalar_t, acc_t>)
-        if (param_type == at::kFloat) return run(float{});
-      run(scalar_t{});
+      norm_ops::with_param_type<scalar_t>(param_type, run);
       return;
     }
 #ifdef WITH_CUDA
@@ -127,9 +125,7 @@ std::tuple<at::Tensor, at::Tensor> backward_impl(const at::Tensor& grad_y_in, co
       }
 #endif
     };
-    if constexpr (!std::is_same_v<scalar_t, acc_t>)
-      if (param_type == at::kFloat) return run(float{});
-    run(scalar_t{});
+    norm_ops::with_param_type<scalar_t>(param_type, run);
   });
   return {grad_x, grad_w};
 }
