@@ -8,7 +8,8 @@ drop-in for ``nn.LayerNorm``.
     LayerNorm((4, 8), elementwise_affine=True, bias=False)  # nn.LayerNorm's arguments
 
 The op's C++ side (kernels/layernorm/layernorm.cpp and layernorm.autograd.cpp) defines three ops with CPU, CUDA, Autograd and (CUDA) Autocast
-kernels; here is what only Python adds, the fake kernels torch.compile traces with:
+kernels; their CUDA kernels run what kernels/layernorm/layernorm.route.cu picks (the norm engine or lesson
+03's ladder). Here is what only Python adds, the fake kernels torch.compile traces with:
 
     course::layer_norm(x, normalized_shape, weight?, bias?, eps) -> y
     course::layer_norm_forward(x, normalized_shape, weight?, bias?, eps) -> (y, mean, rstd)
@@ -97,10 +98,12 @@ def layer_norm(
 ) -> torch.Tensor:
     """LayerNorm of x over its last dimension; differentiable in x, weight and bias.
 
-    version=None (the default) is torch.ops.course.layer_norm (forward v3 and backward v2, autograd in C++:
-    the least CPU time per call; works under torch.compile and autocast; weight and bias may be None); `ext`
-    (a module from loader.load) calls its own build of that op. version=1, 2 or 3 runs lesson 03's ladder,
-    forward vN and backward vN (v2 for version 3: the ladder's last), through the Python LayerNormFunction."""
+    version=None (the default) is torch.ops.course.layer_norm: on the GPU the kernels the op's route picks
+    (kernels/layernorm/layernorm.route.cu: the norm engine where its table says so, else the ladder's forward
+    v3 and backward v2 with kernel "auto"; ``ext.describe(x)`` names them), autograd in C++ (the least CPU
+    time per call); works under torch.compile and autocast; weight and bias may be None. `ext` (a module from
+    loader.load) calls its own build of that op. version=1, 2 or 3 runs lesson 03's ladder alone, forward vN
+    and backward vN (v2 for version 3: the ladder's last), through the Python LayerNormFunction."""
     if version is None:
         if ext is None:
             register()

@@ -4,6 +4,7 @@
 //   forward(x, weight, bias, eps=1e-5, version=3, kernel="auto") -> [y, mean, rstd]
 //   backward(grad_y, x, mean, rstd, weight, version=2, kernel="auto") -> [grad_x, grad_weight, grad_bias]
 //   layer_norm(x, normalized_shape, weight, bias, eps) -> y       torch.ops.course.layer_norm, differentiable
+//   describe(x, direction="forward") -> str                        which kernels that op runs for x
 //
 // `kernel` names which kernel runs forward v3 or backward v2 on the GPU
 // (kernels/layernorm/layernorm_choices.h): forward "auto", "registers", "pipelined"; backward "auto",
@@ -123,6 +124,11 @@ at::Tensor backward_workspace(const at::Tensor& x, int64_t numel, at::ScalarType
 // Forward and backward for any normalized_shape, None or mixed-dtype parameters, any version.
 // ---------------------------------------------------------------------------------------------------
 
+// The version the registered op runs: on the GPU layernorm.route.cu's choice (the norm engine or the ladder's
+// kAuto, its header says which where), on the CPU the same two-pass code as every version. Lesson 03's
+// versions 1-3 (forward) and 1-2 (backward) are the ladder alone.
+constexpr int64_t kOpVersion = 0;
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_impl(const at::Tensor& x_in,
                                                             at::IntArrayRef normalized_shape,
                                                             const std::optional<at::Tensor>& weight,
@@ -164,6 +170,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_impl(const at::Tensor& x_
     if (version == 1) layernorm_forward_v1<cuda_t>(xp, wp, bp, yp, mp, rp, M, int(N), e, on.stream);
     if (version == 2) layernorm_forward_v2<cuda_t>(xp, wp, bp, yp, mp, rp, M, int(N), e, on.stream);
     if (version == 3) layernorm_forward_v3<cuda_t>(xp, wp, bp, yp, mp, rp, M, int(N), e, on.stream, kernel);
+    if (version == kOpVersion) layernorm_forward<cuda_t>(xp, wp, bp, yp, mp, rp, M, int(N), e, on.stream);
 #endif
   });
   return {y, mean, rstd};
@@ -225,15 +232,20 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_impl(
     at::Tensor db = want_b && same ? grad_b : at::empty({N}, x.options());
     const cuda_t *gy = cuda_ptr<scalar_t>(grad_y), *xp = cuda_ptr<scalar_t>(x), *wp = cuda_ptr<scalar_t>(w);
     cuda_t* gx = cuda_ptr<scalar_t>(dx);
+    const acc_t *mp = mean.data_ptr<acc_t>(), *rp = rstd.data_ptr<acc_t>();
+    cuda_t *gw = cuda_ptr<scalar_t>(dw), *gb = cuda_ptr<scalar_t>(db);
     if (version == 1) {
-      layernorm_backward_v1<cuda_t>(gy, xp, mean.data_ptr<acc_t>(), rstd.data_ptr<acc_t>(), wp, gx,
-                                    cuda_ptr<scalar_t>(dw), cuda_ptr<scalar_t>(db), M, int(N), on.stream);
-    } else {
+      layernorm_backward_v1<cuda_t>(gy, xp, mp, rp, wp, gx, gw, gb, M, int(N), on.stream);
+    } else if (version == 2) {
       const at::Tensor workspace = backward_workspace(
           x, layernorm_backward_v2_workspace<cuda_t>(gy, xp, wp, gx, M, int(N), kernel), mean.scalar_type());
-      layernorm_backward_v2<cuda_t>(gy, xp, mean.data_ptr<acc_t>(), rstd.data_ptr<acc_t>(), wp, gx,
-                                    cuda_ptr<scalar_t>(dw), cuda_ptr<scalar_t>(db),
-                                    workspace.data_ptr<acc_t>(), M, int(N), on.stream, kernel);
+      layernorm_backward_v2<cuda_t>(gy, xp, mp, rp, wp, gx, gw, gb, workspace.data_ptr<acc_t>(), M, int(N),
+                                    on.stream, kernel);
+    } else {  // kOpVersion: the workspace sized by the same route as the launch
+      const at::Tensor workspace = backward_workspace(
+          x, layernorm_backward_workspace<cuda_t>(gy, xp, wp, gx, M, int(N)), mean.scalar_type());
+      layernorm_backward<cuda_t>(gy, xp, mp, rp, wp, gx, gw, gb, workspace.data_ptr<acc_t>(), M, int(N),
+                                 on.stream);
     }
     if (want_w && !same) grad_w.view({N}).copy_(dw);
     if (want_b && !same) grad_b.view({N}).copy_(db);
@@ -273,6 +285,28 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_y, const at::Tensor& x, 
   return {gx, gw, gb};
 }
 
+// Which kernels the op (course::layer_norm) runs for x, normalized over its last dimension, with fresh
+// weight, bias and outputs: layernorm.route.cu's choice, named from the predicates its launchers use.
+std::string describe(const at::Tensor& x, const std::string& direction) {
+  check_floating(x, "x");
+  TORCH_CHECK_VALUE(x.dim() >= 1, "x must have at least one dimension (the one normalized), got a scalar");
+  TORCH_CHECK_VALUE(direction == "forward" || direction == "backward",
+                    "direction must be \"forward\" or \"backward\", got \"", direction, "\"");
+  const bool backward = direction == "backward";
+  if (x.numel() == 0) return "none: x has no values (the op launches no kernel)";
+  if (x.is_cpu()) return backward ? "cpu: layernorm_backward_cpu" : "cpu: layernorm_forward_cpu";
+  std::string name = "none: this build has no CUDA kernels";
+#ifdef WITH_CUDA
+  const int64_t N = x.size(-1), M = x.numel() / N;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "layernorm_describe", [&] {
+    using cuda_t = typename CudaType<scalar_t>::type;
+    const OnDevice on(x);
+    name = layernorm_describe<cuda_t>(cuda_ptr<scalar_t>(x), M, int(N), backward);
+  });
+#endif
+  return name;
+}
+
 // ---------------------------------------------------------------------------------------------------
 // The op as a real PyTorch op (lesson 04), with aten::layer_norm's arguments:
 //
@@ -282,7 +316,8 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_y, const at::Tensor& x, 
 //   course::layer_norm_backward(grad_y, x, normalized_shape, mean, rstd, weight?, bias?, output_mask)
 //       -> (grad_x, grad_weight, grad_bias)
 //
-// The kernels are forward v3 and backward v2 with kernel "auto", the fastest. Under
+// The kernels are layernorm.route.cu's choice (kOpVersion): the norm engine where its header's table says
+// so, else lesson 03's forward v3 and backward v2 with kernel "auto". Under
 // torch.autocast("cuda") layer_norm runs in float32, as native layer_norm does (it is on autocast's
 // float32 list for CUDA; on the CPU autocast leaves native layer_norm alone, and so ours). The Autograd
 // and AutocastCUDA kernels are in layernorm.autograd.cpp; the fake kernels torch.compile traces with are
@@ -294,13 +329,13 @@ using ForwardResult = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
 ForwardResult layer_norm_forward_kernel(const at::Tensor& x, at::IntArrayRef normalized_shape,
                                         const std::optional<at::Tensor>& weight,
                                         const std::optional<at::Tensor>& bias, double eps) {
-  return forward_impl(x, normalized_shape, weight, bias, eps, 3, ForwardKernel::kAuto);
+  return forward_impl(x, normalized_shape, weight, bias, eps, kOpVersion, ForwardKernel::kAuto);
 }
 
 at::Tensor layer_norm_kernel(const at::Tensor& x, at::IntArrayRef normalized_shape,
                              const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
                              double eps) {
-  return std::get<0>(forward_impl(x, normalized_shape, weight, bias, eps, 3, ForwardKernel::kAuto));
+  return std::get<0>(forward_impl(x, normalized_shape, weight, bias, eps, kOpVersion, ForwardKernel::kAuto));
 }
 
 ForwardResult layer_norm_backward_kernel(const at::Tensor& grad_y, const at::Tensor& x,
@@ -308,7 +343,7 @@ ForwardResult layer_norm_backward_kernel(const at::Tensor& grad_y, const at::Ten
                                          const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
                                          const std::optional<at::Tensor>& bias,
                                          std::array<bool, 3> output_mask) {
-  return backward_impl(grad_y, x, normalized_shape, mean, rstd, weight, bias, output_mask, 2,
+  return backward_impl(grad_y, x, normalized_shape, mean, rstd, weight, bias, output_mask, kOpVersion,
                        BackwardKernel::kAuto);
 }
 
@@ -341,6 +376,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("backward", &backward, "[grad_x, grad_weight, grad_bias]", py::arg("grad_y"), py::arg("x"),
         py::arg("mean"), py::arg("rstd"), py::arg("weight"), py::arg("version") = 2,
         py::arg("kernel") = "auto");
+  m.def("describe", &describe, "which kernels torch.ops.course.layer_norm runs for x (layernorm.route.cu)",
+        py::arg("x"), py::arg("direction") = "forward");
   m.def("layer_norm", &layer_norm, "torch.ops.course.layer_norm: y, differentiable", py::arg("x"),
         py::arg("normalized_shape"), py::arg("weight") = py::none(), py::arg("bias") = py::none(),
         py::arg("eps") = 1e-5);

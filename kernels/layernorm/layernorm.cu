@@ -32,9 +32,8 @@
 // pack. Everything is computed in Acc<T> (float, double for double inputs) and stored as T.
 // The tuning past v3 and v2 (rows pipelined by cp.async, one backward kernel ending in a grid barrier, TMA
 // bulk copies) is in layernorm.hopper.cu, explained in notebooks/03b_layernorm_hopper.ipynb; the default
-// choice, kAuto (layernorm_choices.h), runs it where it is faster, and sends rows longer than 8192 and small
-// batches (forward: one wave of rows; backward: at most 1 MiB of x), and the forward of short rows in many
-// waves and of 2-byte rows of 4096 and 8192, to lesson 05's norm kernels (layernorm.wide.cu).
+// choice, kAuto (layernorm_choices.h), runs it where it is faster. The op, course::layer_norm, runs this
+// ladder's kAuto or lesson 05's norm engine: layernorm.route.cu's table says which, for which shapes.
 #include "layernorm_common.cuh"
 
 using namespace layernorm;
@@ -366,15 +365,13 @@ void layernorm_forward_v1(const T* x, const T* weight, const T* bias, T* y, Acc<
 // forward v3 with `kernel` (layernorm_choices.h). Row widths: 2-byte types 32 bytes per thread if the row
 // fits, else 64; float and double 64; one value per pack where the row is not vectorizable; longer rows
 // forward_v3_long_kernel. kAuto and kPipelined first try the pipelined kernel of layernorm.hopper.cu
-// (half and bf16; kAuto only on sm_90+ and where it does at most 4 rounds).
+// (half and bf16; kAuto only on sm_90+ and where it does at most 4 rounds). Only the ladder's kernels: the
+// op's choice between them and the norm engine is layernorm.route.cu's.
 template <typename T>
 void layernorm_forward_v3(const T* x, const T* weight, const T* bias, T* y, Acc<T>* mean, Acc<T>* rstd,
                           int64_t M, int N, Acc<T> eps, cudaStream_t stream, ForwardKernel kernel) {
   constexpr int V = kPack16<T>;
   const bool vec = vectorizable<T>(N, {x, weight, bias, y});
-  if constexpr (sizeof(T) <= 4)  // long rows and small batches: layernorm.wide.cu (float, half, bf16)
-    if (engine_runs_forward<T>(M, N, vec, kernel == ForwardKernel::kAuto))
-      return layernorm_forward_wide<T>(x, weight, bias, y, mean, rstd, M, N, eps, stream);
   bool done = false;
   if constexpr (sizeof(T) == 2) {
     const bool hopper = device_attribute<cudaDevAttrComputeCapabilityMajor>() >= 9;
@@ -413,9 +410,6 @@ void layernorm_backward_v1(const T* grad_y, const T* x, const Acc<T>* mean, cons
 template <typename T>
 int64_t layernorm_backward_v2_workspace(const T* grad_y, const T* x, const T* weight, const T* grad_x,
                                         int64_t M, int N, BackwardKernel kernel) {
-  if constexpr (sizeof(T) <= 4)
-    if (engine_runs_backward<T>(M, N, kernel == BackwardKernel::kAuto))
-      return layernorm_backward_wide_workspace<T>(grad_y, x, weight, grad_x, M, N);
   return 2 * int64_t(plan_backward_v2<T>(grad_y, x, weight, grad_x, M, N, kernel).blocks) * N;
 }
 
@@ -423,10 +417,6 @@ template <typename T>
 void layernorm_backward_v2(const T* grad_y, const T* x, const Acc<T>* mean, const Acc<T>* rstd,
                            const T* weight, T* grad_x, T* grad_weight, T* grad_bias, Acc<T>* workspace,
                            int64_t M, int N, cudaStream_t stream, BackwardKernel kernel) {
-  if constexpr (sizeof(T) <= 4)  // rows longer than 8192, or few rows: layernorm.wide.cu (float, half, bf16)
-    if (engine_runs_backward<T>(M, N, kernel == BackwardKernel::kAuto))
-      return layernorm_backward_wide<T>(grad_y, x, mean, rstd, weight, grad_x, grad_weight, grad_bias,
-                                        workspace, M, N, stream);
   constexpr int V = kPack16<T>;
   constexpr int kScalarPacks = kBwdBytes / 8 / (sizeof(T) > 4 ? 2 : 1);  // 4 floats, 2 doubles
   const BackwardPlan plan = plan_backward_v2<T>(grad_y, x, weight, grad_x, M, N, kernel);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "common/common.h"
 #include "layernorm_choices.h"
@@ -18,7 +19,7 @@ template <typename T>
 void layernorm_forward_v2(const T* x, const T* weight, const T* bias, T* y, Acc<T>* mean, Acc<T>* rstd,
                           int64_t M, int N, Acc<T> eps, cudaStream_t stream);
 // v3: `kernel` picks the row-in-registers kernel or the pipelined one (layernorm_choices.h); kAuto, the
-// fastest measured on this GPU, is what the lesson runs.
+// ladder's fastest measured on this GPU, is what the lesson runs.
 template <typename T>
 void layernorm_forward_v3(const T* x, const T* weight, const T* bias, T* y, Acc<T>* mean, Acc<T>* rstd,
                           int64_t M, int N, Acc<T> eps, cudaStream_t stream,
@@ -48,10 +49,29 @@ void layernorm_backward_v2(const T* grad_y, const T* x, const Acc<T>* mean, cons
                            int64_t M, int N, cudaStream_t stream,
                            BackwardKernel kernel = BackwardKernel::kAuto);
 
-// Where kAuto runs the norm engine (kernels/norm_engine/, Norm::kLayer, launched by layernorm.wide.cu and
-// layernorm.wide_backward.cu) instead of this ladder's kernels: float, half and bf16 only (double, which no
-// benchmark times, and a kernel asked for by name keep the ladder's). norm_engine/engine.cuh's table says
-// which engine kernel then runs. The thresholds, each with its reason (H100, % of a copy):
+// The op (course::layer_norm, layernorm.cpp's registered kernels) runs these three; layernorm.route.cu's
+// header is the table of which kernels they run: the norm engine (kernels/norm_engine/, Norm::kLayer,
+// launched by layernorm.wide.cu and layernorm.wide_backward.cu) where EngineRoute says so, else the ladder
+// above with kAuto (forward v3, backward v2). Lesson 03's forward(version=3) and backward(version=2) are the
+// ladder alone. Workspace as for backward v2: call it with the same pointers and sizes as the launch.
+template <typename T>
+void layernorm_forward(const T* x, const T* weight, const T* bias, T* y, Acc<T>* mean, Acc<T>* rstd,
+                       int64_t M, int N, Acc<T> eps, cudaStream_t stream);
+template <typename T>
+int64_t layernorm_backward_workspace(const T* grad_y, const T* x, const T* weight, const T* grad_x, int64_t M,
+                                     int N);
+template <typename T>
+void layernorm_backward(const T* grad_y, const T* x, const Acc<T>* mean, const Acc<T>* rstd, const T* weight,
+                        T* grad_x, T* grad_weight, T* grad_bias, Acc<T>* workspace, int64_t M, int N,
+                        cudaStream_t stream);
+// The kernels the op runs for x of M rows of N (fresh weight, bias and outputs: 16-byte aligned), named as
+// the route decides them: "norm engine: ..." or "ladder: ..." (layernorm.route.cu).
+template <typename T>
+std::string layernorm_describe(const T* x, int64_t M, int N, bool backward);
+
+// Where the op runs the norm engine instead of the ladder: float, half and bf16 only (double, which no
+// benchmark times, keeps the ladder). norm_engine/engine.cuh's table says which engine kernel then runs. The
+// thresholds, each with its reason (H100, % of a copy):
 struct EngineRoute {
   // Rows longer than 8192: the ladder holds at most 8192 values in registers, and its long-row kernels read
   // the row twice (59-64 % forward, ~40 % backward at N = 32768; the engine's 79-89 %).
@@ -71,7 +91,6 @@ struct EngineRoute {
 };
 inline constexpr EngineRoute kEngineRoute{};
 constexpr int kWideFrom = kEngineRoute.wide_from;
-inline bool wide_rows(int N, bool automatic) { return automatic && N > kWideFrom; }
 // The forward also takes vectorizable batches of one wave (layernorm_forward_one_wave: the engine loads the
 // weight and bias with the row, where nothing else runs to hide a second trip to memory after the sums; bf16
 // 1 x 4096 3.5 -> 2.8 us) and short rows in many waves (layernorm_forward_short_rows: several rows per row
@@ -81,17 +100,18 @@ bool layernorm_forward_one_wave(int64_t M, int N);
 template <typename T>
 bool layernorm_forward_short_rows(int64_t M, int N);
 template <typename T>
-bool engine_runs_forward(int64_t M, int N, bool vec, bool automatic) {
-  return wide_rows(N, automatic) ||
-         (automatic && vec && N <= kWideFrom &&
-          ((sizeof(T) == 2 && N > kEngineRoute.fwd_2byte_from) || layernorm_forward_one_wave<T>(M, N) ||
-           layernorm_forward_short_rows<T>(M, N)));
+bool engine_runs_forward(int64_t M, int N, bool vec) {
+  return N > kWideFrom ||
+         (vec && ((sizeof(T) == 2 && N > kEngineRoute.fwd_2byte_from) ||
+                  layernorm_forward_one_wave<T>(M, N) || layernorm_forward_short_rows<T>(M, N)));
 }
 template <typename T>
-bool engine_runs_backward(int64_t M, int N, bool automatic) {
-  return automatic && (M * N * int64_t(sizeof(T)) <= kEngineRoute.bwd_few_bytes ||
-                       (wide_rows(N, automatic) && (sizeof(T) >= 4 || N >= kEngineRoute.bwd_2byte_from)));
+bool engine_runs_backward(int64_t M, int N) {
+  return M * N * int64_t(sizeof(T)) <= kEngineRoute.bwd_few_bytes ||
+         (N > kWideFrom && (sizeof(T) >= 4 || N >= kEngineRoute.bwd_2byte_from));
 }
+// The engine's launchers (layernorm.wide.cu, layernorm.wide_backward.cu); layernorm_backward_wide_kernel
+// names the backward kernel its plan picks (norm_engine::describe_backward).
 template <typename T>
 void layernorm_forward_wide(const T* x, const T* weight, const T* bias, T* y, Acc<T>* mean, Acc<T>* rstd,
                             int64_t M, int N, Acc<T> eps, cudaStream_t stream);
@@ -102,3 +122,6 @@ template <typename T>
 void layernorm_backward_wide(const T* grad_y, const T* x, const Acc<T>* mean, const Acc<T>* rstd,
                              const T* weight, T* grad_x, T* grad_weight, T* grad_bias, Acc<T>* workspace,
                              int64_t M, int N, cudaStream_t stream);
+template <typename T>
+const char* layernorm_backward_wide_kernel(const T* grad_y, const T* x, const T* weight, const T* grad_x,
+                                           int64_t M, int N);

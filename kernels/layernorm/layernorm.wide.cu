@@ -1,6 +1,6 @@
 // kernels/layernorm/layernorm.wide.cu: LayerNorm's forward on the norm engine (kernels/norm_engine/,
-// Norm::kLayer), for the shapes layernorm.h's EngineRoute sends there (backward in
-// layernorm.wide_backward.cu: two files, so that they compile side by side).
+// Norm::kLayer), for the shapes the op's route (layernorm.route.cu, by layernorm.h's EngineRoute) sends
+// there (backward in layernorm.wide_backward.cu: two files, so that they compile side by side).
 //
 // Lesson 03's ladder holds a row in registers up to 8192 values; its long-row kernels
 // (forward_v3_long_kernel, the backward pair backward_v2_long_dx_kernel + column_partials_kernel) read the
@@ -19,6 +19,7 @@
 //   layernorm_backward_wide            norm_engine::launch_backward<T, Norm::kLayer, T>: grad_x, then
 //                                      the partial column sums added into grad_weight and grad_bias in a
 //                                      fixed order
+//   layernorm_backward_wide_kernel     the name of the backward kernel its plan picks (describe_backward)
 #include "layernorm.h"
 #include "norm_engine/engine.cuh"
 

@@ -1,17 +1,16 @@
 // kernels/layernorm/layernorm_choices.h: which kernel runs forward v3 and backward v2 (lesson 03), by name.
 // Plain C++ (no CUDA, no torch): layernorm.cpp maps Python's `kernel="..."` to these in CPU builds too, and
-// the .cu files take them. kAuto is what lessons and the benchmarks run: the fastest measured on the GPU
-// at hand. The others exist to be compared (benchmarks/tuning/layernorm.py, notebook 03b); every one gives
-// the same results up to rounding, and a choice that does not apply to a call runs the next simpler one.
+// the .cu files take them. kAuto is what lesson 03 runs: the ladder's fastest measured on the GPU at hand
+// (the op, course::layer_norm, runs it or the norm engine: layernorm.route.cu). The others exist to be
+// compared (benchmarks/tuning/layernorm.py, notebook 03b); every one gives the same results up to rounding,
+// and a choice that does not apply to a call runs the next simpler one.
 #pragma once
 
 #include <utility>
 
 // Forward v3 (layernorm.cu; the pipelined kernel is in layernorm.hopper.cu).
 enum class ForwardKernel {
-  kAuto,       // kPipelined on sm_90+ for half/bf16 where the grid does at most 4 rounds, else kRegisters;
-               // rows longer than 8192 (2-byte vectorizable ones: from 4096), batches of one wave and short
-               // rows in many waves: the norm engine (layernorm.h: EngineRoute, engine_runs_forward)
+  kAuto,       // kPipelined on sm_90+ for half/bf16 where the grid does at most 4 rounds, else kRegisters
   kRegisters,  // forward_v3_kernel: one row per row group, loaded straight into registers
   kPipelined,  // forward_v3_pipelined_kernel: a persistent grid, the next row copied to shared memory by
                // cp.async while this one is reduced (half/bf16; kRegisters for float and double)
@@ -19,9 +18,7 @@ enum class ForwardKernel {
 
 // Backward v2 (the row loop is in layernorm.cu; the one-kernel endings are in layernorm.hopper.cu).
 enum class BackwardKernel {
-  kAuto,         // kBulkCopySplitBarrier for half/bf16 on sm_90+, else kCooperative, else kTwoKernels;
-                 // rows longer than 8192 and batches of at most 1 MiB: the norm engine
-                 // (layernorm.h: EngineRoute, engine_runs_backward)
+  kAuto,         // kBulkCopySplitBarrier for half/bf16 on sm_90+, else kCooperative, else kTwoKernels
   kTwoKernels,   // backward_v2_kernel writes per-block partial column sums, sum_partials_kernel adds them
   kCooperative,  // backward_v2_cooperative_kernel: the same rows, the column sums finished in the same
                  // kernel after a grid-wide barrier (cooperative launch; float, half, bf16)

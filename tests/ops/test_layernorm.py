@@ -46,6 +46,23 @@ def expected(x, w, b):
     return y.to(x.dtype), mean.to(acc), torch.rsqrt(var + EPS).to(acc)
 
 
+# The registered op (course::layer_norm_forward and layer_norm_backward) where a test takes a version: on the GPU
+# it runs layernorm.route.cu's choice, the norm engine or the ladder's kAuto; versions 1-3 are the ladder alone.
+OP = "op"
+
+
+def run_forward(ext, x, w, b, version, kernel="auto"):
+    if version == OP:
+        return torch.ops.course.layer_norm_forward(x, [x.shape[-1]], w, b, EPS)
+    return ext.forward(x, w, b, EPS, version, kernel)
+
+
+def run_backward(ext, gy, x, mean, rstd, w, version):
+    if version == OP:
+        return torch.ops.course.layer_norm_backward(gy, x, [x.shape[-1]], mean, rstd, w, None, [True, True, True])
+    return ext.backward(gy, x, mean, rstd, w, version)
+
+
 def grad_tolerances(dtype, rows):
     if dtype == torch.float32:
         return dict(rtol=1e-4, atol=1e-4), dict(rtol=1e-4, atol=1e-5 * max(rows, 10))
@@ -56,11 +73,11 @@ def grad_tolerances(dtype, rows):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("version", [1, 2, 3])
+@pytest.mark.parametrize("version", [1, 2, 3, OP])
 def test_forward_matches_layer_norm(ext, device, dtype, shape, version):
     x, w, b = inputs(shape, dtype, device)
     with check.poisoned():
-        y, mean, rstd = ext.forward(x, w, b, EPS, version)
+        y, mean, rstd = run_forward(ext, x, w, b, version)
     want_y, want_mean, want_rstd = expected(x, w, b)
     # v1 (one thread per row) adds up to 65536 values one after the other in float32: errors ~3e-5.
     loose = dict(rtol=1e-4, atol=1e-4)
@@ -71,7 +88,7 @@ def test_forward_matches_layer_norm(ext, device, dtype, shape, version):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", [1, 2, OP])
 def test_backward_matches_autograd(ext, device, dtype, shape, version):
     x, w, b = inputs(shape, dtype, device)
     gy = torch.randn(shape, generator=torch.Generator().manual_seed(1)).to(device=device, dtype=dtype)
@@ -79,7 +96,7 @@ def test_backward_matches_autograd(ext, device, dtype, shape, version):
     F.layer_norm(xd, (shape[-1],), wd, bd, EPS).backward(gy.double())
     _, mean, rstd = ext.forward(x, w, b, EPS, 3)
     with check.poisoned():
-        gx, gw, gb = ext.backward(gy, x, mean, rstd, w, version)
+        gx, gw, gb = run_backward(ext, gy, x, mean, rstd, w, version)
     rows = x.numel() // shape[-1]
     tol_x, tol_w = grad_tolerances(dtype, rows)
     check.assert_close(gx, xd.grad.to(dtype), name="grad_x", **tol_x)
@@ -109,8 +126,8 @@ def test_forward_kernels_match_the_default(ext, device, dtype, shape, kernel):
     want = ext.forward(x, w, b, EPS, 3)
     with check.poisoned():
         got = ext.forward(x, w, b, EPS, 3, kernel)
-    # the default takes rows longer than 8192 to layernorm.wide.cu, whose statistics are added in another
-    # order: a 16-bit y may round the other way (the dtype's own tolerance); float32 mean and rstd agree
+    # a kernel that sums in another order may round a 16-bit y the other way (the dtype's own tolerance);
+    # float32 mean and rstd agree
     y_tol = {} if dtype.itemsize == 2 else dict(rtol=1e-5, atol=1e-5)
     for name, a, e in zip(("y", "mean", "rstd"), got, want):
         check.assert_close(a, e, name=name, **(y_tol if name == "y" else dict(rtol=1e-5, atol=1e-5)))
@@ -175,15 +192,15 @@ def test_rows_with_a_large_mean_keep_their_variance(ext, device, version):
 
 
 @pytest.mark.parametrize("n", [12288, 32768, 65536, 262144])
-@pytest.mark.parametrize("kernel", ["auto", "registers"])
+@pytest.mark.parametrize("kernel", [OP, "registers"])
 def test_long_rows_with_a_large_mean(ext, device, n, kernel):
     """Rows longer than 8192 on the same kind of data: lesson 03's Welford path ("registers": rows too long
-    for registers), and the default's layernorm.wide.cu (lesson 05's kernels: two-pass statistics, from
+    for registers), and the op's, layernorm.wide.cu (lesson 05's kernels: two-pass statistics, from
     registers up to 32768, then from shared memory, or over a thread block cluster)."""
     g = torch.Generator().manual_seed(0)
     x = (1e4 + torch.randn(2, n, generator=g)).to(device)
     w, b = torch.ones(n, device=device), torch.zeros(n, device=device)
-    y, mean, rstd = ext.forward(x, w, b, EPS, 3, kernel)
+    y, mean, rstd = run_forward(ext, x, w, b, OP if kernel == OP else 3, kernel)
     check.assert_close(mean, expected(x, w, b)[1], name="mean", rtol=5e-6, atol=0)
     want_y, want_mean, want_rstd = expected(x, w, b)
     check.assert_close(rstd, want_rstd, name="rstd", rtol=1e-3, atol=0)
@@ -321,13 +338,14 @@ def test_misaligned_pointers_take_the_scalar_path(ext, dtype):
 
 @needs_gpu
 @pytest.mark.parametrize("shape", [(4096, 1024), (300, 8192), (33, 65536)], ids=str)
-def test_weight_gradient_is_deterministic(ext, shape):
+@pytest.mark.parametrize("version", [2, OP])
+def test_weight_gradient_is_deterministic(ext, shape, version):
     x, w, b = inputs(shape, torch.float32, "cuda")
     gy = torch.randn_like(x)
     _, mean, rstd = ext.forward(x, w, b)
-    first = ext.backward(gy, x, mean, rstd, w, 2)
+    first = run_backward(ext, gy, x, mean, rstd, w, version)
     for _ in range(3):
-        again = ext.backward(gy, x, mean, rstd, w, 2)
+        again = run_backward(ext, gy, x, mean, rstd, w, version)
         assert all(torch.equal(a, f) for a, f in zip(again, first))
 
 
@@ -384,15 +402,16 @@ def test_column_sums_are_deterministic_and_correct(ext, dtype, shape, kernel):
 )
 def test_pipelined_forward_gives_the_same_bits(ext, dtype, shape):
     """The pipelined forward brings the rows through shared memory (cp.async, a persistent grid) instead of
-    straight into registers and does the same arithmetic in the same order: the same bits. The default
-    ("auto") picks one of the two, or lesson 05's forward_kernel (one-wave batches; short rows in many waves,
-    20001x256 and 16385x1024, several rows per row group; 2-byte rows of 4096 and 8192 in many waves,
-    3000x4096 and 700x8192), which sums in the same order: those bits too."""
+    straight into registers and does the same arithmetic in the same order: the same bits. The ladder's
+    default ("auto") picks one of the two; the op (layernorm.route.cu) one of them or lesson 05's
+    forward_kernel (one-wave batches; short rows in many waves, 20001x256 and 16385x1024, several rows per
+    row group; 2-byte rows of 4096 and 8192 in many waves, 3000x4096 and 700x8192), which sums in the same
+    order: those bits too."""
     x, w, b = inputs(shape, dtype, "cuda")
     want = ext.forward(x, w, b, EPS, 3, "registers")
-    for kernel in ("pipelined", "auto"):
+    for kernel in ("pipelined", "auto", OP):
         with check.poisoned():
-            got = ext.forward(x, w, b, EPS, 3, kernel)
+            got = run_forward(ext, x, w, b, OP if kernel == OP else 3, kernel)
         for name, a, e in zip(("y", "mean", "rstd"), got, want):
             assert torch.equal(a, e), f"forward kernel={kernel!r}: {name} differs from kernel='registers'"
 
@@ -416,25 +435,52 @@ def test_pipelined_forward_gives_the_same_bits(ext, dtype, shape):
     ],
     ids=str,
 )
-def test_many_rows_match_the_cpu_implementation(ext, dtype, shape):
-    """More rows than the persistent backward grid holds at once: each block loops over many rows. Rows
-    longer than 8192 run layernorm.wide.cu (lesson 05's kernels; on sm_90 the backward's clusters of 2, 4
-    and 8 blocks going round their rings of bulk copies: on an H100, clusters of 8 up to 16 rows per
-    cluster (600 x 16384, 200 x 32768), of 2 at 1100 x 16384 and of 4 at 540 x 32768; the forward's too, by
-    one block per row at 200 x 32768 and by clusters of 2 at 200 x 65536, bf16 with 8 packs of weights per
-    thread), 12289 with one value per pack."""
+@pytest.mark.parametrize("version", [OP, "ladder"])
+def test_many_rows_match_the_cpu_implementation(ext, dtype, shape, version):
+    """More rows than the persistent backward grid holds at once: each block loops over many rows. The
+    ladder's rows longer than 8192 run its long-row kernels (Welford's statistics: float32 y to 1e-4, as in
+    test_forward_matches_layer_norm); the op's run layernorm.wide.cu (lesson 05's kernels; on sm_90 the
+    backward's clusters of 2, 4 and 8 blocks going round their rings of bulk copies: on an H100, clusters of
+    8 up to 16 rows per cluster (600 x 16384, 200 x 32768), of 2 at 1100 x 16384 and of 4 at 540 x 32768;
+    the forward's too, by one block per row at 200 x 32768 and by clusters of 2 at 200 x 65536, bf16 with 8
+    packs of weights per thread), 12289 with one value per pack."""
     x, w, b = inputs(shape, dtype, "cpu")
     gy = torch.randn(shape).to(dtype)
     y, mean, rstd = ext.forward(x, w, b)
     gx, gw, gb = ext.backward(gy, x, mean, rstd, w)
-    yc, mc, rc = ext.forward(x.cuda(), w.cuda(), b.cuda())
-    gxc, gwc, gbc = ext.backward(gy.cuda(), x.cuda(), mc, rc, w.cuda())
-    check.assert_close(yc.cpu(), y)
+    forward, backward = (3, 2) if version == "ladder" else (OP, OP)
+    yc, mc, rc = run_forward(ext, x.cuda(), w.cuda(), b.cuda(), forward)
+    gxc, gwc, gbc = run_backward(ext, gy.cuda(), x.cuda(), mc, rc, w.cuda(), backward)
+    welford = version == "ladder" and dtype == torch.float32 and shape[-1] > 8192
+    check.assert_close(yc.cpu(), y, **(dict(rtol=1e-4, atol=1e-4) if welford else {}))
     check.assert_close(gxc.cpu(), gx, **grad_tolerances(dtype, 1)[0])
     rows = x.numel() // shape[-1]
     tol = dict(rtol=1e-3, atol=1e-4 * rows) if dtype == torch.float32 else {}
     check.assert_close(gwc.cpu(), gw, **tol)
     check.assert_close(gbc.cpu(), gb, **tol)
+
+
+def test_describe_names_the_ops_route(ext, device):
+    """The module's describe(x, direction) names what course::layer_norm runs for x (layernorm.route.cu): on the
+    CPU the CPU code; on the GPU the norm engine for long rows and small batches, the ladder for double and for
+    large 2-byte batches of rows up to 8192 backward. Lesson 03's forward(version=3, "auto") is the ladder
+    alone: at N = 65536 the same long-row kernel as "registers", the same bits."""
+    with pytest.raises(ValueError, match='direction must be "forward" or "backward", got "sideways"'):
+        ext.describe(torch.ones(2, 4, device=device), "sideways")
+    assert ext.describe(torch.ones(0, 4, device=device)) == "none: x has no values (the op launches no kernel)"
+    if device.type == "cpu":
+        assert ext.describe(torch.ones(2, 4)) == "cpu: layernorm_forward_cpu"
+        assert ext.describe(torch.ones(2, 4), "backward") == "cpu: layernorm_backward_cpu"
+        return
+    empty = lambda m, n, dtype: torch.empty(m, n, device=device, dtype=dtype)  # noqa: E731
+    assert ext.describe(empty(2, 65536, torch.float32)).startswith("norm engine: ")
+    assert ext.describe(empty(2, 65536, torch.float32), "backward").startswith("norm engine: ")
+    assert ext.describe(empty(1, 4096, torch.bfloat16), "backward").startswith("norm engine: ")
+    assert ext.describe(empty(64, 1024, torch.float64)) == "ladder: forward v3, kAuto (layernorm_choices.h)"
+    assert ext.describe(empty(4096, 4096, torch.bfloat16), "backward").startswith("ladder: backward v2")
+    x, w, b = inputs((2, 65536), torch.float32, device)
+    auto, registers = ext.forward(x, w, b, EPS, 3, "auto"), ext.forward(x, w, b, EPS, 3, "registers")
+    assert all(torch.equal(a, r) for a, r in zip(auto, registers))
 
 
 @pytest.mark.parametrize("name", ["layernorm/layernorm.cu", "layernorm/layernorm.hopper.cu", "norm_engine/rounds.cuh"])
