@@ -1,10 +1,11 @@
 """Lesson 03: LayerNorm over the last dimension, forward and backward, every version.
 
-"ours" is forward v3 and backward v2 with kernel="auto" (kernels/layernorm/layernorm_choices.h): on an H100 in bfloat16
-that is the pipelined forward at 4096x4096 and the bulk-copy backward with the split grid barrier;
-benchmarks/tuning/layernorm.py times each named kernel. Bytes counted: forward reads x and writes y (2 M N
-elements; weight, bias, mean and rstd are negligible); backward reads x and grad_y and writes grad_x (3 M N;
-the weight and the two [N] gradients are negligible).
+"ours" is the op, torch.ops.course.layer_norm_forward and layer_norm_backward (kernels/layernorm/layernorm.route.cu
+picks the norm engine or lesson 03's forward v3 and backward v2 with kernel="auto": on an H100 in bfloat16 the
+engine's forward at 4096x4096 and the ladder's bulk-copy backward with the split grid barrier); "ours v2" and
+"ours v1" are the ladder's earlier rungs; benchmarks/tuning/layernorm.py times each named kernel of v3 and v2.
+Bytes counted: forward reads x and writes y (2 M N elements; weight, bias, mean and rstd are negligible);
+backward reads x and grad_y and writes grad_x (3 M N; the weight and the two [N] gradients are negligible).
 Native backward is aten.native_layer_norm_backward, the kernel(s) autograd runs for F.layer_norm; its
 torch.compile counterpart is the same call compiled (inductor's decomposition, generated kernels).
 On the GPU every implementation and the copy are timed in turn three times over and the medians reported
@@ -53,7 +54,7 @@ def sweep(device: str = "cuda", quick: bool = False) -> list[dict]:
         es = x.element_size()
         labels = dict(shape=f"{m}x{n}", dtype=str(dtype).replace("torch.", ""), numel=m * n, rows=m, cols=n)
         fwd = {
-            "ours": lambda: ext.forward(x, w, b, EPS, 3),
+            "ours": lambda: torch.ops.course.layer_norm_forward(x, [n], w, b, EPS),
             "ours v2": lambda: ext.forward(x, w, b, EPS, 2),
             "ours v1": lambda: ext.forward(x, w, b, EPS, 1),
             "native": lambda: F.layer_norm(x, (n,), w, b, EPS),
@@ -61,10 +62,10 @@ def sweep(device: str = "cuda", quick: bool = False) -> list[dict]:
         }
         repeat = REPEAT if device == "cuda" else 1
         rows += bench.compare(fwd, nbytes=2 * m * n * es, device=device, op="ln fwd", repeat=repeat, **labels)
-        _, mean, rstd = ext.forward(x, w, b, EPS, 3)
+        _, mean, rstd = torch.ops.course.layer_norm_forward(x, [n], w, b, EPS)
         _, nmean, nrstd = torch.native_layer_norm(x, [n], w, b, EPS)
         bwd = {
-            "ours": lambda: ext.backward(g, x, mean, rstd, w, 2),
+            "ours": lambda: torch.ops.course.layer_norm_backward(g, x, [n], mean, rstd, w, b, [True, True, True]),
             "ours v1": lambda: ext.backward(g, x, mean, rstd, w, 1),
             "native": lambda: native_backward(g, x, nmean, nrstd, w, b),
             "torch.compile": lambda: compiled_bwd(g, x, nmean, nrstd, w, b),

@@ -6,9 +6,9 @@ Liger-Kernel's LayerNorm (forward and the eager step; GPU only, where liger-kern
     python -m benchmarks.run --ops layernorm_grid --quick      # M N = 2^24 and the small batches
     python -m benchmarks.run --ops layernorm_grid              # + 2^22 and 2^26
 
-"ours" is lesson 03's forward v3 and backward v2 with kernel="auto" (kernels/layernorm/layernorm_choices.h picks by
-shape and GPU), what course::layer_norm runs. Bytes counted as in benchmarks/layernorm.py: forward 2 M N
-elements, backward 3 M N, forward+backward 5 M N. Lesson 03's own headline shapes and every kernel version
+"ours" is the op, torch.ops.course.layer_norm_forward and layer_norm_backward: the norm engine or lesson 03's forward v3
+and backward v2 with kernel="auto", by shape and GPU (kernels/layernorm/layernorm.route.cu's table). Bytes counted
+as in benchmarks/layernorm.py: forward 2 M N elements, backward 3 M N, forward+backward 5 M N. Lesson 03's own headline shapes and every kernel version
 stay in benchmarks/layernorm.py; this module is the grid and its targets (`report`: benchmarks.rmsnorm.targets)."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ SPEC = sweep.Spec(
 
 
 def measure(case: sweep.Case) -> list[dict]:
-    ext = extension("layernorm")
+    extension("layernorm")  # loads the op: course::layer_norm_forward and layer_norm_backward
     m, n = case.shape
     x, g = case.randn(), case.randn(seed=1)
     w, b = case.randn((n,), seed=2), case.randn((n,), seed=3)
@@ -46,7 +46,7 @@ def measure(case: sweep.Case) -> list[dict]:
     compiled_fwd = torch.compile(native_fwd, dynamic=False)
     liger = liger_layer_norm() if cuda else None
     fwd = {
-        "ours": lambda: ext.forward(x, w, b, EPS, 3),
+        "ours": lambda: torch.ops.course.layer_norm_forward(x, [n], w, b, EPS),
         "native": lambda: native_fwd(x, w, b),
         "torch.compile": lambda: compiled_fwd(x, w, b),
     }
@@ -54,11 +54,11 @@ def measure(case: sweep.Case) -> list[dict]:
         fwd["Liger"] = lambda: liger(x, w, b, EPS)
     rows = bench.compare(fwd, nbytes=2 * m * n * es, device=dev, op="ln fwd", **case.labels)
 
-    _, mean, rstd = ext.forward(x, w, b, EPS, 3)
+    _, mean, rstd = torch.ops.course.layer_norm_forward(x, [n], w, b, EPS)
     _, nmean, nrstd = torch.native_layer_norm(x, [n], w, b, EPS)
     compiled_bwd = torch.compile(native_backward, dynamic=False)
     bwd = {
-        "ours": lambda: ext.backward(g, x, mean, rstd, w, 2),
+        "ours": lambda: torch.ops.course.layer_norm_backward(g, x, [n], mean, rstd, w, b, [True, True, True]),
         "native": lambda: native_backward(g, x, nmean, nrstd, w, b),
         "torch.compile": lambda: compiled_bwd(g, x, nmean, nrstd, w, b),
     }
