@@ -51,8 +51,9 @@
 //                                                                          backward_long_cols_kernel
 //              then, but for kRounds                                any    sum_partials_kernel
 // The ops: course::rms_norm and the fused add + RMSNorm / LayerNorm (add_norm.cu) always run the engine;
-// course::layer_norm (lesson 03's kAuto) runs it where layernorm.h's EngineRoute says so; norm_dropout has
-// its own kernels on row.cuh's primitives. describe_backward (launch_backward.cuh) names the backward row.
+// course::layer_norm runs it where layernorm.route.cu's table (layernorm.h's EngineRoute) says so;
+// norm_dropout has its own kernels on row.cuh's primitives. describe_backward (launch_backward.cuh) names the
+// backward row.
 //
 // The kernels:
 //   forward_kernel            rows in registers: a row group of 1 to 32 warps per row, 16-byte packs; short
