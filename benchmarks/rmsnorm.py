@@ -97,7 +97,12 @@ def native_backward(g, x, rstd, w):
     return torch.ops.aten._fused_rms_norm_backward(g, x, [x.shape[-1]], rstd, w, [True, True])
 
 
-def measure(case: sweep.Case) -> list[dict]:
+def measure(case: sweep.Case, graph: bool = False) -> list[dict]:
+    """bench.compare rows of "rms fwd", "rms bwd" and "rms fwd+bwd autograd" at one case. graph=True times
+    every call as a CUDA graph replay (bench.compare's graph): the GPU time of its kernels with no Python,
+    dispatcher or autograd engine between them. Lesson 05 plots that, since an eager forward+backward of
+    torch.compile's or Liger's function can take longer on the CPU than its kernels take on the GPU, and
+    events around it then time the CPU. The suite (graph=False) times eager calls, as a caller meets them."""
     ext = extension("rmsnorm")
     m, n = case.shape
     x, g = case.randn(), case.randn(seed=1)
@@ -114,7 +119,7 @@ def measure(case: sweep.Case) -> list[dict]:
     }
     if liger is not None:
         fwd["Liger"] = lambda: liger(x, w)
-    rows = bench.compare(fwd, nbytes=2 * m * n * es, device=dev, op="rms fwd", **case.labels)
+    rows = bench.compare(fwd, nbytes=2 * m * n * es, device=dev, graph=graph, op="rms fwd", **case.labels)
 
     _, rstd = ext.forward(x, w, EPS)
     bwd = {"ours": lambda: ext.backward(g, x, rstd, w)}
@@ -125,7 +130,7 @@ def measure(case: sweep.Case) -> list[dict]:
             "native": lambda: native_backward(g, x, nrstd, w),
             "torch.compile": lambda: compiled_bwd(g, x, nrstd, w),
         }
-    rows += bench.compare(bwd, nbytes=3 * m * n * es, device=dev, op="rms bwd", **case.labels)
+    rows += bench.compare(bwd, nbytes=3 * m * n * es, device=dev, graph=graph, op="rms bwd", **case.labels)
 
     if m * n != 1 << 24 and m > 64 and cuda:  # the eager step at the headline sizes only (compiles are slow)
         return rows
@@ -138,6 +143,7 @@ def measure(case: sweep.Case) -> list[dict]:
         {k: eager_step(f, (xg, wg), (xg, wg), g) for k, f in impls.items()},
         nbytes=5 * m * n * es,
         device=dev,
+        graph=graph,
         op="rms fwd+bwd autograd",
         repeat=REPEAT if cuda else 1,  # a step of a small batch is CPU-bound: noisy, so medians of rounds
         **case.labels,
