@@ -185,11 +185,11 @@ def _promoted(x, bias):
 def fused_bias_relu(x, bias, scale: float = 1.0, *, save: str = "bits", ext=None) -> torch.Tensor:
     """y = relu(x * scale + bias), differentiable in x and bias. save: what backward keeps (SAVES).
 
-    save="bits" (the default) is torch.ops.course.fused_bias_relu: autograd in C++ (backward runs without
-    Python: the least CPU time per call) saving the bit mask (backward reads 1 bit per element), and it works
-    under torch.compile. "output" is the same C++ Function saving y; "input" and "mask" go through the Python
-    FusedBiasRelu. `ext` (a module from loader.load) runs that module's kernels (its `fused_bias_relu`
-    binding calls the registered op). Mixed floating dtypes give native's dtype."""
+    save="bits" (the default) is torch.ops.course.fused_bias_relu: autograd in C++ (forward and backward run
+    without Python) saving the bit mask (backward reads 1 bit per element), and it works under torch.compile.
+    "output" is the same C++ Function saving y; "input" and "mask" go through the Python FusedBiasRelu. `ext`
+    (a module from loader.load) runs that module's kernels (its `fused_bias_relu` binding calls the registered
+    op). Mixed floating dtypes give native's dtype."""
     if save == "bits":
         if ext is None:
             register()
@@ -203,7 +203,7 @@ def fused_bias_relu(x, bias, scale: float = 1.0, *, save: str = "bits", ext=None
 
 
 def fused_bias_relu_python(x, bias, scale: float = 1.0, *, save: str = "bits", ext=None) -> torch.Tensor:
-    """The same op always through the Python FusedBiasRelu Function (for comparing per-call overhead)."""
+    """The same op always through the Python FusedBiasRelu Function (to compare with the C++ Function)."""
     return FusedBiasRelu.apply(*_promoted(x, bias), float(scale), save, ext or extension("fused_bias_relu"))
 
 
