@@ -107,7 +107,9 @@ class _Cached:
 
 
 def test_plot_sweep_has_one_line_per_impl_plus_copy():
-    rows = [dict(impl=i, numel=n, gbps=float(n), copy_gbps=2.0 * n, pct_copy=50.0) for i in ("a", "b") for n in (1, 2, 4)]
+    rows = [
+        dict(impl=i, numel=n, gbps=float(n), copy_gbps=2.0 * n, pct_copy=50.0) for i in ("a", "b") for n in (1, 2, 4)
+    ]
     for y in ("gbps", "pct_copy"):
         fig = plot.sweep(rows, y=y, title="t")
         labels = [line.get_label() for line in fig.axes[0].get_lines()]
