@@ -3,7 +3,8 @@ published setting (helpers.env.PUBLISHED_REPO / PUBLISHED_REF); lesson 00's firs
 them (google.colab importable, no kernels/ in the working directory, the course cloned at the pinned release
 from a local bare copy, ninja missing and installed by pip); Colab's toolchain (nvcc 12.8, which CI cannot
 install: see README) is stood in for by compiling every source that tests the CUDA version with the version
-forced to 12.8 and to 12.0; and environment.yml, which CI cannot create (no conda), says what requirements.txt
+forced to 12.0 (every fallback taken) and checking that no guard tests a version above 12.8 (so 12.8 builds what
+this nvcc builds); and environment.yml, which CI cannot create (no conda), says what requirements.txt
 says."""
 
 import json
@@ -172,7 +173,11 @@ def test_lesson_00_first_cells_run_as_on_colab(tmp_path, monkeypatch):
 # --------------------------------------------------------------------------------------------------
 
 VERSION_TEST = re.compile(r"__CUDACC_VER_(MAJOR|MINOR)__")
-FORCED = {"12.8": (12, 8), "12.0": (12, 0)}  # Colab's nvcc; the oldest CUDA 12 (every fallback taken)
+# The oldest CUDA 12, where every fallback is taken. Colab's nvcc 12.8 takes the branches this nvcc (13) takes
+# while no guard tests a version above 12.8 (test_colabs_nvcc_takes_this_nvccs_branches): tests/ops/test_compile.py
+# compiles those for sm_75.
+FORCED = {"12.0": (12, 0)}
+COLAB = (12, 8)
 
 
 def _guarded_sources() -> list[Path]:
@@ -222,6 +227,22 @@ def test_forcing_the_cuda_version_takes_effect(tmp_path):
     )
     done = _nvcc(tmp_path, probe, _force_header(tmp_path, 12, 8))
     assert done.returncode == 0, done.stderr
+
+
+def test_colabs_nvcc_takes_this_nvccs_branches():
+    """Every version test in the kernels is "CUDA >= 12.x" with x <= 8 (or a major version <= 12), so nvcc 12.8
+    and this nvcc build the same code."""
+    guards, odd = [], []
+    for f in [*env.KERNELS.rglob("*.cu"), *env.KERNELS.rglob("*.cuh"), *env.KERNELS.rglob("*.h")]:
+        for line in f.read_text(errors="replace").splitlines():
+            if VERSION_TEST.search(line):
+                minors = re.findall(r"__CUDACC_VER_MINOR__\s*>=\s*(\d+)", line)
+                majors = re.findall(r"__CUDACC_VER_MAJOR__\s*(?:>|>=|==)\s*(\d+)", line)
+                if not minors and not majors:
+                    odd.append(f"{f.name}: {line.strip()}")
+                guards += [(12, int(m)) for m in minors] + [(int(m), 0) for m in majors]
+    assert not odd, "a version test this check cannot read; extend it:\n" + "\n".join(odd)
+    assert guards and max(guards) <= COLAB, f"a guard tests a version above Colab's {COLAB}: add it to FORCED"
 
 
 def test_there_are_sources_guarded_by_the_cuda_version():
