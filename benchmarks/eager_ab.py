@@ -4,11 +4,11 @@ checking that a change of the code's shape left the per-call cost alone.
     python -m benchmarks.eager_ab --other /path/to/other/checkout [--out DIR]
 
 Each side runs in its own process (an op's registrations and Python wrappers are its checkout's), alternating
-three times; per op, the median over the rounds of the median of 7 blocks of wall time per call, with no
-synchronization inside a block: at 64x1024 bf16 (float32 on the CPU) the GPU's work is negligible, so the time
-is the CPU's (Python, argument checks, the dispatcher, autograd, the launches). Two rows per op: the forward
-alone (no grad), and a step (forward with grad, then torch.autograd.grad). Only wrappers whose signature both
-checkouts share are called.
+three times; per op, the median over the rounds of benchmarks.autograd.cpu_per_step (wall time per call over
+blocks of calls with no synchronization inside): at 64x1024 bf16 (float32 on the CPU) the GPU's work is
+negligible, so the time is the CPU's (Python, argument checks, the dispatcher, autograd, the launches). Two rows
+per op: the forward alone (no grad), and a step (forward with grad, then torch.autograd.grad). Only wrappers
+whose signature both checkouts share are called.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import json
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[1]
@@ -32,6 +31,7 @@ def measure(root: Path) -> dict[str, dict[str, float]]:
     from helpers import env
 
     env.bootstrap(solutions=True, quiet=True)
+    from benchmarks.autograd import cpu_per_step  # after that checkout's helpers: it imports them
     from helpers.ops import add_norm, fused_bias_relu, layernorm, norm_dropout, polynomial, rmsnorm
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -57,23 +57,6 @@ def measure(root: Path) -> dict[str, dict[str, float]]:
     def first(y):
         return y[0] if isinstance(y, (tuple, list)) else y
 
-    def sync():
-        if device == "cuda":
-            torch.cuda.synchronize()
-
-    def per_call_us(fn, calls=200, blocks=7):
-        for _ in range(20):
-            fn()
-        sync()
-        times = []
-        for _ in range(blocks):
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            times.append((time.perf_counter() - t0) / calls * 1e6)
-            sync()  # between blocks: the queue never fills
-        return statistics.median(times)
-
     result = {}
     for op, (call, inputs) in cases.items():
         grad_y = torch.randn_like(first(call()))
@@ -85,7 +68,8 @@ def measure(root: Path) -> dict[str, dict[str, float]]:
         def step(call=call, inputs=inputs, grad_y=grad_y):
             torch.autograd.grad(first(call()), inputs, grad_y)
 
-        result[op] = {"fwd_us": per_call_us(forward), "step_us": per_call_us(step)}
+        us = cpu_per_step({"fwd_us": forward, "step_us": step}, device)
+        result[op] = {what: us[what] for what in ("fwd_us", "step_us")}
     return result
 
 
