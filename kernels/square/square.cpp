@@ -21,7 +21,6 @@
 #include <torch/csrc/utils/pybind.h>  // PYBIND11_MODULE: this file binds the Python module
 
 #include "common/checks.h"
-#include "common/library.h"
 
 namespace {
 
@@ -126,24 +125,13 @@ class SquareFunction : public torch::autograd::Function<SquareFunction> {
 
 at::Tensor square(const at::Tensor& x, int64_t version) { return SquareFunction::apply(x, version); }
 
-// ---------------------------------------------------------------------------------------------------
-// Lesson 04: the kernels as torch.library ops, version 2, with CPU and CUDA kernels only. What torch.compile
-// and autograd need besides (the fake kernels, the backward formula) is the lesson's two exercises, in
-// Python: kernels/exercises/square_fake.py and square_autograd.py.
-// ---------------------------------------------------------------------------------------------------
-
+// Lesson 04: the kernels that torch.library's ops course::square and course::square_backward run (version 2,
+// the course's, on the CPU and the GPU). The registration itself is lesson 04's first exercise
+// (kernels/exercises/square_library.h, compiled by square.library.cpp); the fake kernels and the backward
+// formula are its Python exercises (square_fake.py, square_autograd.py).
 at::Tensor square_kernel(const at::Tensor& x) { return forward(x, 2); }
 at::Tensor square_backward_kernel(const at::Tensor& grad_y, const at::Tensor& x) {
   return backward(grad_y, x, 2);
-}
-
-COURSE_LIBRARY(m) {
-  define(m, "square(Tensor x) -> Tensor");
-  define(m, "square_backward(Tensor grad_y, Tensor x) -> Tensor");
-}
-COURSE_IMPL_CPU_CUDA(m) {
-  m.impl("square", &square_kernel);
-  m.impl("square_backward", &square_backward_kernel);
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
