@@ -28,6 +28,9 @@ from benchmarks.rmsnorm import NS, SWEEP_SIZES
 from helpers import bench, env, loader
 
 OPS = ("layernorm", "rmsnorm", "add_norm", "norm_dropout")
+# Ops an op calls through the dispatcher (their schemas must be defined, their side's kernels registered):
+# norm_dropout's backward calls course::dropout_backward and course::rms_norm_backward.
+USES = {"norm_dropout": ("dropout", "rmsnorm")}
 
 
 def before_sources(root: Path, name: str) -> list[Path]:
@@ -39,12 +42,21 @@ def before_sources(root: Path, name: str) -> list[Path]:
     )
 
 
-def load_sides(before: Path) -> dict[str, dict]:
+def load_sides(before: Path, private: bool = False) -> dict[str, dict]:
     """{"before": {op: (module, .so)}, "after": ...}: after is this checkout's build (solutions), before the
-    other tree's under the name OP_before, with its own solutions and headers first on the include path."""
+    other tree's under the name OP_before, with its own solutions and headers first on the include path.
+    private: the before side's function-local statics stay its own (g++ shares them between libraries by
+    default, as STB_GNU_UNIQUE symbols, whatever the two trees declare)."""
     sides = {"before": {}, "after": {}}
-    for op in OPS:
-        mod = loader.load(f"{op}_before", before_sources(before, op), include_dirs=[before / "solutions", before])
+    flags = ["-fno-gnu-unique"] if private else []
+    for op in ("dropout", *OPS):
+        mod = loader.load(
+            f"{op}_before",
+            before_sources(before, op),
+            include_dirs=[before / "solutions", before],
+            extra_cflags=flags,
+            extra_cuda_cflags=[f"-Xcompiler={f}" for f in flags],
+        )
         sides["before"][op] = (mod, loader.last_build.path)
         mod = loader.load(op)
         sides["after"][op] = (mod, loader.last_build.path)
@@ -110,9 +122,10 @@ def measure(sides: dict, quick: bool, rounds: int = 3, rep_ms: int = 50) -> list
     active = {}  # op -> the side whose torch.library kernels are registered now
 
     def activate(side: str, op: str) -> None:
-        if active.get(op) != side:
-            loader._reregister(sides[side][op][1])
-            active[op] = side
+        for name in (*USES.get(op, ()), op):
+            if active.get(name) != side:
+                loader._reregister(sides[side][name][1])
+                active[name] = side
 
     for dtype in (torch.float32, torch.bfloat16):
         for m, n in points(quick):
@@ -149,9 +162,10 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--before", type=Path, required=True, help="another checkout's kernels/ folder")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--quick", action="store_true", help="M N = 2^24 and the small batches only")
+    ap.add_argument("--private", action="store_true", help="build the before side with -fno-gnu-unique")
     args = ap.parse_args(argv)
     env.bootstrap(solutions=True, quiet=True)
-    sides = load_sides(args.before.resolve())
+    sides = load_sides(args.before.resolve(), args.private)
     rows = measure(sides, args.quick)
     worst = sorted(rows, key=lambda r: abs(r["ratio"] - 1), reverse=True)
     outside = [r for r in rows if abs(r["ratio"] - 1) > 0.02]

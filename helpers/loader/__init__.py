@@ -138,9 +138,17 @@ def _unity_enabled() -> bool:
 
 def _unify(name: str, cpp: list[Path], includes: list[Path], build_dir: Path) -> list[Path]:
     """`cpp`, with its files that include torch headers replaced by one generated file that includes them all
-    (a "unity build") where _unity_enabled() and there are several; the torch-free ones (an exercise's)
-    stay apart, so an exercise edit still recompiles only them."""
-    torch_files = [s for s in cpp if _includes_torch(_local_deps(s.resolve(), includes))]
+    (a "unity build") where _unity_enabled() and there are several; the torch-free ones (an exercise's) and
+    a glue exercise's own file stay apart, so an exercise edit still recompiles only them."""
+    solutions = KERNELS / "solutions"
+    exercises = {f.name for f in solutions.iterdir()} if solutions.is_dir() else set()
+    torch_files = []
+    for s in cpp:
+        deps = _local_deps(s.resolve(), includes)
+        # A glue exercise's file (kernels/OP/OP.NAME.cpp that includes the learner's header) compiles alone,
+        # so that the learner's edit recompiles that small file, not the whole glue.
+        if _includes_torch(deps) and not any(d.name in exercises for d in deps[1:]):
+            torch_files.append(s)
     if len(torch_files) < 2 or not _unity_enabled():
         return cpp
     unity = build_dir / "unity" / ("+".join(s.stem for s in torch_files) + ".cpp")
