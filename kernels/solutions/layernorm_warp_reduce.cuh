@@ -40,8 +40,8 @@ void layernorm_row_stats_cpu(const T* x, int64_t n, T eps, T* mean, T* rstd) {
 // Part 2: the sum of v over the 32 lanes of a warp, returned to EVERY lane (all of them use it).
 // forward_v2_kernel (kernels/layernorm/layernorm.exercises.cu) calls it twice per row: for the sum of x and
 // for the sum of (x - mean)^2; backward v1 (the layernorm_backward_row exercise) uses it too. acc_t is float
-// or double. Hint: __shfl_xor_sync(0xffffffffu, v, offset) returns v of lane (this lane ^ offset); five
-// rounds (offsets 16, 8, 4, 2, 1) of "v += the partner's v" leave the total in every lane.
+// or double. The warp-shuffle intrinsics (__shfl_*_sync, in the CUDA C++ Programming Guide) read a register
+// of another lane; pick the one whose partners make a butterfly, so that every lane ends with the total.
 template <typename acc_t>
 __device__ __forceinline__ acc_t warp_sum(acc_t v) {
   // BEGIN SOLUTION
