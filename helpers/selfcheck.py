@@ -90,7 +90,7 @@ def _fail(name: str, where: str, error: AssertionError, hint: str, seed: int, wh
     if hint:
         msg += f"\nHint: {hint}"
     msg += f"\n(Replay this run with check(seed={seed}) or COURSE_SELFCHECK_SEED={seed}.)"
-    print("❌ " + msg.splitlines()[0])
+    print("❌ " + msg.splitlines()[0].rstrip(":") + " (details below)")
     _results[name] = False
     raise AssertionError(msg) from None
 
@@ -100,6 +100,16 @@ def _compare(name, got, want, where, hint, seed, why="", tolerances=None):
     if len(got) != len(want):
         _fail(name, where, AssertionError(f"returned {len(got)} outputs, expected {len(want)}"), hint, seed, why)
     for i, (a, b) in enumerate(zip(got, want)):
+        label = f"output {i}" if len(want) > 1 else "the output"
+        if (
+            isinstance(a, torch.Tensor)
+            and a.is_floating_point()
+            and a.numel() > 0
+            and bool(a.isnan().all())
+            and not bool(b.isnan().all())
+        ):
+            unwritten = f"{label} is still all NaN, as the check fills it: your code has not written it yet"
+            _fail(name, where, AssertionError(unwritten), hint, seed, why)
         try:
             check.assert_close(a, b, name=f"output {i}" if len(want) > 1 else "output", **(tolerances or {}))
         except AssertionError as e:
