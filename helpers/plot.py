@@ -33,8 +33,8 @@ LABELS = {
     "cols": "row length (N)",
 }
 
-# One colour per implementation, the same in every lesson. Names not listed get the next colour of
-# FALLBACK the first time they are drawn and keep it for the rest of the process.
+# One colour per implementation, the same in every lesson. A name not listed gets a FALLBACK colour chosen
+# by the name itself (a stable hash), so it has that colour in every figure, lesson and run.
 COLORS = {
     "ours": "tab:blue",
     "CUDA": "tab:blue",
@@ -51,16 +51,15 @@ COLORS = {
     "copy": "black",
 }
 FALLBACK = ["tab:cyan", "tab:brown", "tab:pink", "tab:olive", "tab:gray", "navy", "teal", "gold", "crimson"]
-_assigned: dict[str, str] = {}
 
 
 def color(impl: str) -> str:
     """The colour of `impl` in every figure."""
     if impl in COLORS:
         return COLORS[impl]
-    if impl not in _assigned:
-        _assigned[impl] = FALLBACK[len(_assigned) % len(FALLBACK)]
-    return _assigned[impl]
+    import zlib
+
+    return FALLBACK[zlib.crc32(impl.encode()) % len(FALLBACK)]
 
 
 def _value(r: dict, y: str) -> float:
