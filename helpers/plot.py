@@ -22,6 +22,7 @@ import matplotlib
 if not os.environ.get("DISPLAY") and "ipykernel" not in __import__("sys").modules:
     matplotlib.use("Agg")  # headless scripts and tests
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker as mticker  # noqa: E402
 
 LABELS = {
     "gbps": "GB/s (higher is better)",
@@ -95,6 +96,9 @@ def sweep(
         ax.set_xscale("log", base=2)
     if y == "us":
         ax.set_yscale("log")
+        # plain numbers (2, 5, 10, 20 µs), not 5x10^0: the few values of a latency plot read at a glance
+        ax.yaxis.set_major_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}" if f"{v:g}"[0] in "25" else ""))
     else:
         ax.set_ylim(bottom=0)
     ax.set_xlabel(LABELS.get(x, x))
@@ -145,9 +149,19 @@ def bars(values: dict[str, float], *, unit: str = "", title: str = "", ax=None, 
     else:
         fig = ax.figure
     labels = list(values)
-    bars_ = ax.bar(labels, list(values.values()), color=[color(label) for label in labels])
+    colors: list[str] = []
+    for label in labels:  # two unlisted names whose hashes collide still get two colours in one chart
+        c = color(label)
+        if label not in COLORS and c in colors:
+            c = next((f for f in FALLBACK if f not in colors), c)
+        colors.append(c)
+    bars_ = ax.bar(labels, list(values.values()), color=colors)
     ax.bar_label(bars_, labels=[fmt.format(v) + (f" {unit}" if unit else "") for v in values.values()])
     ax.set_ylim(0, max(values.values(), default=1) * 1.18)
+    if max((len(label) for label in labels), default=0) * len(labels) > 60:  # long labels: slant them, no overlap
+        ax.tick_params(axis="x", labelrotation=25)
+        for label in ax.get_xticklabels():
+            label.set_horizontalalignment("right")
     ax.set_ylabel(unit)
     ax.set_title(title)
     ax.grid(True, axis="y", alpha=0.3)
