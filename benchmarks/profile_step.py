@@ -48,7 +48,7 @@ def profile_run(run, n: int, trace: Path | None) -> dict:
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     for _ in range(20):
         run()
-    with profile(activities=activities) as prof:
+    with profile(activities=activities, acc_events=True) as prof:
         for _ in range(n):
             run()
         if cuda:

@@ -83,7 +83,7 @@ def _kernels(fn, calls: int, flush=None) -> dict[str, list[float]]:
     flush() run before each call."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CUDA], acc_events=True) as prof:
         for _ in range(calls):
             if flush is not None:
                 flush()
