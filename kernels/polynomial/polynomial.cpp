@@ -1,6 +1,7 @@
 // kernels/polynomial/polynomial.cpp: the PyTorch side of y = a*x^3 + b*x^2 + c*x + d (lesson 01).
 //
 //   forward(x, coeffs, version=2) -> y
+//   forward_out(x, coeffs, out, version=2) -> out: forward into a given contiguous tensor of x's shape
 //   backward(grad_y, x, coeffs, need_coeffs_grad=True, version=2) -> [grad_x, grad_coeffs or None]
 //   polynomial(x, coeffs) -> y, differentiable: forward/backward v2 in a C++ torch::autograd::Function
 //     (lesson 02 explains it): the same math as lesson 01's Python autograd.Function with less
@@ -9,10 +10,11 @@
 // coeffs = [a, b, c, d], any floating dtype, on x's device. The math runs in float32 (float64 for
 // float64 x), so grad_coeffs comes back in that dtype. This file checks the inputs, allocates the
 // outputs, picks the dtype (AT_DISPATCH) and calls the CPU loops below or the CUDA launchers of
-// polynomial.cu on PyTorch's current stream. Version 1, forward and backward (grad_x only), is the
-// learner's: the exercises kernels/exercises/polynomial_forward.cuh and polynomial_backward.cuh, compiled
-// by the torch-free polynomial.exercises.cpp (CPU, declared in polynomial_cpu.h) and .cu (CUDA launchers,
-// declared in polynomial.h). This file never includes an exercise, so editing one rebuilds in seconds.
+// polynomial.cu on PyTorch's current stream. Forward version 1 is the learner's: exercise 1,
+// kernels/exercises/polynomial_forward.cuh (CPU loop, CUDA kernel and launcher), compiled by the torch-free
+// polynomial.exercises.cpp (CPU, declared in polynomial_cpu.h) and .cu (declared in polynomial.h). This file
+// never includes the exercise, so editing it rebuilds in seconds. Backward version 1 (grad_x only) is given:
+// the loop below and polynomial.cu's kernel.
 #include <ATen/Parallel.h>
 #include <ATen/autocast_mode.h>
 #include <torch/csrc/utils/pybind.h>  // PYBIND11_MODULE: this file binds the Python module
@@ -75,22 +77,37 @@ void backward_v2_cpu(const T* gy, const T* x, const acc_t* c, T* gx, acc_t* gc, 
   }
 }
 
-// Version 1 on the CPU is the exercises' Part 1, written for float and double (polynomial_cpu.h); checks.h's
-// on_cpu runs it on float16 and bfloat16 through float. coeffs is already in the math dtype.
-at::Tensor forward_v1_cpu(const at::Tensor& x, const at::Tensor& coeffs) {
-  return on_cpu<1>(
-      [&](const auto* a, auto* y, int64_t n) {
+// Forward version 1 on the CPU is exercise 1's Part 1, written for float and double (polynomial_cpu.h): it
+// writes straight into y (the self-check's guarded buffer sees any write past the end). checks.h's on_cpu
+// runs it on float16 and bfloat16 through float. coeffs is already in the math dtype.
+void forward_v1_cpu(const at::Tensor& x, const at::Tensor& coeffs, at::Tensor& y) {
+  if (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble) {
+    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "polynomial_forward_v1_cpu", [&] {
+      poly_forward_v1_cpu(x.data_ptr<scalar_t>(), coeffs.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(),
+                          x.numel());
+    });
+    return;
+  }
+  y.copy_(on_cpu<1>(
+      [&](const auto* a, auto* out, int64_t n) {
         using T = std::remove_const_t<std::remove_pointer_t<decltype(a)>>;
-        poly_forward_v1_cpu(a, coeffs.data_ptr<T>(), y, n);
+        poly_forward_v1_cpu(a, coeffs.data_ptr<T>(), out, n);
       },
-      {x});
+      {x}));
+}
+
+// Backward version 1 on the CPU: grad_x only, one element at a time, for float and double (on_cpu runs it
+// on float16 and bfloat16 through float), as polynomial.cu's backward v1 does one element per thread.
+template <typename T>
+void backward_v1_loop(const T* gy, const T* x, const T* c, T* gx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) gx[i] = gy[i] * ((3 * c[0] * x[i] + 2 * c[1]) * x[i] + c[2]);
 }
 
 at::Tensor backward_v1_cpu(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& coeffs) {
   return on_cpu<2>(
       [&](const auto* g, const auto* a, auto* gx, int64_t n) {
         using T = std::remove_const_t<std::remove_pointer_t<decltype(a)>>;
-        poly_backward_v1_cpu(g, a, coeffs.data_ptr<T>(), gx, n);
+        backward_v1_loop(g, a, coeffs.data_ptr<T>(), gx, n);
       },
       {grad_y, x});
 }
@@ -105,16 +122,12 @@ at::Tensor checked_coeffs(const at::Tensor& x, const at::Tensor& coeffs) {
   return coeffs.to(acc_dtype(x)).contiguous();
 }
 
-}  // namespace
-
-at::Tensor forward(const at::Tensor& x_in, const at::Tensor& coeffs_in, int64_t version) {
-  check_version(version, 2);
-  const at::Tensor coeffs = checked_coeffs(x_in, coeffs_in);
-  const at::Tensor x = x_in.contiguous();
+// y = the polynomial of x, into y: x contiguous, coeffs checked (checked_coeffs), y contiguous, of x's
+// shape, dtype and device.
+void forward_into(const at::Tensor& x, const at::Tensor& coeffs, at::Tensor& y, int64_t version) {
   const int64_t n = x.numel();
-  if (n > 0 && x.is_cpu() && version == 1) return forward_v1_cpu(x, coeffs);
-  at::Tensor y = at::empty_like(x);
-  if (n == 0) return y;
+  if (n == 0) return;  // a launch of 0 blocks is an error
+  if (x.is_cpu() && version == 1) return forward_v1_cpu(x, coeffs, y);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "polynomial_forward", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     if (x.is_cpu()) {
@@ -129,7 +142,31 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& coeffs_in, int64_t 
     launch(cuda_ptr<scalar_t>(x), coeffs.data_ptr<acc_t>(), cuda_ptr<scalar_t>(y), n, stream);
 #endif
   });
+}
+
+}  // namespace
+
+at::Tensor forward(const at::Tensor& x_in, const at::Tensor& coeffs_in, int64_t version) {
+  check_version(version, 2);
+  const at::Tensor coeffs = checked_coeffs(x_in, coeffs_in);
+  const at::Tensor x = x_in.contiguous();
+  at::Tensor y = at::empty_like(x);
+  forward_into(x, coeffs, y, version);
   return y;
+}
+
+// forward into a tensor the caller allocated: the self-check of exercise 1 passes a view inside a larger
+// buffer and checks that the bytes around it stay as they were (a kernel that writes past n shows there).
+at::Tensor forward_out(const at::Tensor& x_in, const at::Tensor& coeffs_in, at::Tensor out, int64_t version) {
+  check_version(version, 2);
+  const at::Tensor coeffs = checked_coeffs(x_in, coeffs_in);
+  check_defined(out, "out");
+  check_same_device(out, "out", x_in, "x");
+  check_same_dtype(out, "out", x_in, "x");
+  check_shape(out, "out", x_in.sizes());
+  TORCH_CHECK_VALUE(out.is_contiguous(), "out must be contiguous");
+  forward_into(x_in.contiguous(), coeffs, out, version);
+  return out;
 }
 
 std::vector<at::Tensor> backward(const at::Tensor& grad_y_in, const at::Tensor& x_in,
@@ -276,6 +313,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "y = a*x^3 + b*x^2 + c*x + d with coeffs = [a, b, c, d] (lesson 01)";
   m.def("forward", &forward, "y = a*x^3 + b*x^2 + c*x + d", py::arg("x"), py::arg("coeffs"),
         py::arg("version") = 2);
+  m.def("forward_out", &forward_out, "forward into out (contiguous, x's shape, dtype and device)",
+        py::arg("x"), py::arg("coeffs"), py::arg("out"), py::arg("version") = 2);
   m.def("backward", &backward, "[grad_x, grad_coeffs (None unless need_coeffs_grad)]", py::arg("grad_y"),
         py::arg("x"), py::arg("coeffs"), py::arg("need_coeffs_grad") = true, py::arg("version") = 2);
   m.def("polynomial", &polynomial, "differentiable forward (C++ autograd Function, versions 2)", py::arg("x"),

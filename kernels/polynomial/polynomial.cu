@@ -4,12 +4,12 @@
 // writes y once, so its speed limit is a copy of the same bytes. The versions (kernel / launcher), in
 // the order lesson 01 builds them; numbers never change:
 //
-//   forward v1   poly_forward_v1_kernel / poly_forward_v1: the exercise (kernels/exercises/
-//                polynomial_forward.cuh, launched in polynomial.exercises.cu). One thread per element.
+//   forward v1   poly_forward_v1_kernel / poly_forward_v1: one thread per element; exercise 1, the
+//                kernel and its launcher (kernels/exercises/polynomial_forward.cuh, compiled by
+//                polynomial.exercises.cu).
 //   forward v2   forward_v2_kernel / poly_forward_v2: one 16-byte Pack per thread (4 floats, 8 bf16s):
 //                a quarter to an eighth of v1's memory instructions, so more bytes in flight per SM.
-//   backward v1  poly_backward_v1_kernel / poly_backward_v1: the exercise (polynomial_backward.cuh),
-//                grad_x only, one thread per element.
+//   backward v1  poly_backward_v1_kernel / poly_backward_v1: grad_x only, one thread per element.
 //   backward v2  backward_v2_kernel + sum_partials_kernel / poly_backward_v2: 16-byte Packs, two per
 //                thread in flight, and the coefficient gradients summed in the same pass (per block,
 //                then by one block in a fixed order): no second pass, no atomics, the same bits every run.
@@ -30,6 +30,18 @@ struct Coeffs {
   __device__ acc_t y(acc_t x) const { return ((a * x + b) * x + c) * x + d; }
   __device__ acc_t dydx(acc_t x) const { return (3 * a * x + 2 * b) * x + c; }
 };
+
+// Backward v1: thread i writes grad_x[i] = grad_y[i] * dy/dx at x[i] (the chain rule); the last block runs
+// partly past the end, so threads past n return.
+template <typename T>
+__global__ void poly_backward_v1_kernel(const T* __restrict__ grad_y, const T* __restrict__ x,
+                                        const Acc<T>* __restrict__ coeffs, T* __restrict__ grad_x,
+                                        int64_t n) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const Coeffs<Acc<T>> c(coeffs);
+  grad_x[i] = from_acc<T>(to_acc(grad_y[i]) * c.dydx(to_acc(x[i])));
+}
 
 // v2: thread i handles Pack i (N elements); the n % N leftover elements go to the first threads.
 template <typename T, int N>
@@ -128,6 +140,14 @@ __global__ void sum_partials_kernel(const acc_t* __restrict__ partials, int rows
 // ------------------------------------------------------------------------------------------------
 
 template <typename T>
+void poly_backward_v1(const T* grad_y, const T* x, const Acc<T>* coeffs, T* grad_x, int64_t n,
+                      cudaStream_t stream) {
+  poly_backward_v1_kernel<T>
+      <<<ceil_div<int64_t>(n, kThreads), kThreads, 0, stream>>>(grad_y, x, coeffs, grad_x, n);
+  COURSE_LAUNCH_CHECK();
+}
+
+template <typename T>
 void poly_forward_v2(const T* x, const Acc<T>* coeffs, T* y, int64_t n, cudaStream_t stream) {
   if (aligned16(x) && aligned16(y)) {
     constexpr int N = kPack16<T>;
@@ -182,6 +202,7 @@ void poly_backward_v2(const T* grad_y, const T* x, const Acc<T>* coeffs, T* grad
 }
 
 #define INSTANTIATE(T)                                                                                \
+  template void poly_backward_v1<T>(const T*, const T*, const Acc<T>*, T*, int64_t, cudaStream_t);    \
   template void poly_forward_v2<T>(const T*, const Acc<T>*, T*, int64_t, cudaStream_t);               \
   template void poly_backward_v2<T>(const T*, const T*, const Acc<T>*, T*, Acc<T>*, Acc<T>*, int64_t, \
                                     cudaStream_t);

@@ -6,18 +6,19 @@
 
 #include "common/common.h"
 
-// v1 (forward and backward) runs the exercises' kernels (kernels/exercises/polynomial_forward.cuh,
-// polynomial_backward.cuh); their launchers are in kernels/polynomial/polynomial.exercises.cu. Backward v1:
-// grad_x only.
+// Forward v1 is exercise 1: its kernel and this launcher are in kernels/exercises/polynomial_forward.cuh,
+// compiled by kernels/polynomial/polynomial.exercises.cu.
 template <typename T>
 void poly_forward_v1(const T* x, const Acc<T>* coeffs, T* y, int64_t n, cudaStream_t stream);
-template <typename T>
-void poly_backward_v1(const T* grad_y, const T* x, const Acc<T>* coeffs, T* grad_x, int64_t n,
-                      cudaStream_t stream);
 
 // The given versions, in kernels/polynomial/polynomial.cu.
 template <typename T>
 void poly_forward_v2(const T* x, const Acc<T>* coeffs, T* y, int64_t n, cudaStream_t stream);
+
+// Backward v1: grad_x only, one thread per element.
+template <typename T>
+void poly_backward_v1(const T* grad_y, const T* x, const Acc<T>* coeffs, T* grad_x, int64_t n,
+                      cudaStream_t stream);
 
 // Backward v2 also writes grad_coeffs (4 values) when it is not null, using `partials`, a scratch buffer of
 // 4 * poly_backward_v2_blocks(n) values.
