@@ -1,54 +1,63 @@
-// Exercise (lesson 05): RMSNorm forward of one row, on the CPU and on the GPU.
+// Exercise (lesson 05): RMSNorm backward of one row, grad_x, on the CPU and on the GPU.
 //
-// RMSNorm scales a row of n values by one statistic, rstd = 1 / sqrt(mean(x^2) + eps), and by the weight:
-// y[j] = x[j] * rstd * weight[j]. Next to lesson 03's LayerNorm: no mean is subtracted (so one pass over
-// the row gives the statistic, and there is no cancellation to avoid) and there is no bias.
+// The forward (the course's, kernels/rmsnorm_row/rmsnorm_row_forward.cuh) normalized each row of n values
+// with one statistic, rstd, and saved it. Given the gradient of the output, grad_y, and the row's x, weight
+// and saved rstd, write grad_x, the gradient of the input: section 1 of lesson 05 derives its formula
+// ("Backward"), and its reference_backward checks it against autograd. Two passes over the row: one row
+// statistic first (every element needs it), then grad_x element by element. Compute it all in the math type
+// (float for float16/bfloat16 rows, or double). grad_weight, a sum over the rows, is the course's code.
 //
-// Part 1 is the CPU version (what runs in CPU mode, about 5 lines). Part 2 is the GPU version, one warp
-// (32 threads) per row, about 6 lines: lane l handles elements l, l + 32, l + 64, ...; the lanes' partial
-// sums meet through shuffles (lesson 03's warp_sum), so that every lane can normalize its elements. Sum in
-// Acc<T> (float for float16 and bfloat16 rows): a float16 running sum of 4096 squares loses most of its bits,
-// and one of 65536 squares of values near 4 overflows float16's largest value, 65504.
-// Check your work with the self-check cell in lesson 05.
+// Part 1 is the CPU version (what runs in CPU mode, about 4 lines). Part 2 is the CUDA kernel, one warp (32
+// threads) per row (about 10 lines). Check your work with the self-check cell in lesson 05.
 //
 // This file is compiled only by kernels/rmsnorm_row/rmsnorm_row.exercises.cpp (Part 1) and
-// rmsnorm_row.exercises.cu (Part 2, with the kernel that calls it): an edit rebuilds in seconds.
+// rmsnorm_row.exercises.cu (Part 2's launcher): an edit rebuilds in seconds.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 
-// Part 1: plain C++. T is float or double (float16 and bfloat16 rows arrive converted to float). Write
-// y[0..n) and *rstd.
+// Part 1: plain C++, one row. T is float or double (float16 and bfloat16 rows arrive converted to float).
+// grad_y, x and grad_x hold the row's n values, weight n values (all ones when the op is called with
+// weight=None); rstd is this row's. Write all n values of grad_x, and nothing past them.
 template <typename T>
-void rmsnorm_row_cpu(const T* x, const T* weight, int64_t n, T eps, T* y, T* rstd) {
+void rmsnorm_backward_row_cpu(const T* grad_y, const T* x, const T* weight, T rstd, int64_t n, T* grad_x) {
   // BEGIN SOLUTION
-  T sq = 0;
-  for (int64_t j = 0; j < n; ++j) sq += x[j] * x[j];
-  const T r = T(1) / std::sqrt(sq / n + eps);
-  for (int64_t j = 0; j < n; ++j) y[j] = x[j] * r * weight[j];
-  *rstd = r;
+  T dot = 0;
+  for (int64_t j = 0; j < n; ++j) dot += grad_y[j] * weight[j] * x[j] * rstd;
+  const T mean_gx = dot / n;
+  for (int64_t j = 0; j < n; ++j) grad_x[j] = rstd * (grad_y[j] * weight[j] - x[j] * rstd * mean_gx);
   // END SOLUTION
 }
 
 #ifdef __CUDACC__
-#include "common/common.h"  // Acc<T>, to_acc(v), from_acc<T>(v)
+#include "common/common.h"      // Acc<T>, to_acc(v), from_acc<T>(v)
+#include "norm_engine/row.cuh"  // norm_engine::lane_sum(v): lesson 03's warp_sum, the course's copy
 
-// Part 2: the row x[0..n) of T (float, double, __half or __nv_bfloat16), normalized by the 32 lanes of one
-// warp; `lane` is this thread's lane (0..31). Every lane writes its elements of y; lane 0 writes *rstd.
-// Hint: convert each element with to_acc(x[j]) before squaring, and write with from_acc<T>(value);
-// __shfl_xor_sync(0xffffffffu, v, offset) for offset = 16, 8, 4, 2, 1 leaves the warp's sum in every lane;
-// rsqrt(v) (float or double) is 1 / sqrt(v).
+// Part 2: the CUDA kernel, launched with ceil_div(M, 8) blocks of 256 threads (8 warps per block). grad_y,
+// x and grad_x are [M, N], contiguous (row r starts at element r * N); rstd is Acc<T> [M], weight [N]. T is
+// float, double, __half or __nv_bfloat16: read with to_acc(v), write with from_acc<T>(value), and keep every
+// intermediate, sums included, in acc_t. The grid's warps (8 per block, in block order) own one row each:
+// warp w row w, and its lane l (0..31) takes the row's elements l, l + 32, l + 64, ...
+// norm_engine::lane_sum(v) returns the sum of v over the 32 lanes to every lane (all 32 must call it).
+// Traps: the last block has warps past row M - 1 (they must not touch memory), and a tensor can have more
+// than 2^31 elements (an offset row * N computed in 32 bits wraps there).
 template <typename T>
-__device__ __forceinline__ void rmsnorm_row_warp(const T* __restrict__ x, const T* __restrict__ weight, int n,
-                                                 Acc<T> eps, int lane, T* __restrict__ y, Acc<T>* rstd) {
+__global__ void rmsnorm_backward_row_kernel(const T* __restrict__ grad_y, const T* __restrict__ x,
+                                            const T* __restrict__ weight, const Acc<T>* __restrict__ rstd,
+                                            T* __restrict__ grad_x, int64_t M, int N) {
+  using acc_t = Acc<T>;
   // BEGIN SOLUTION
-  Acc<T> sq = 0;
-  for (int j = lane; j < n; j += 32) sq += to_acc(x[j]) * to_acc(x[j]);
-  for (int offset = 16; offset > 0; offset /= 2) sq += __shfl_xor_sync(0xffffffffu, sq, offset);
-  const Acc<T> r = rsqrt(sq / n + eps);
-  for (int j = lane; j < n; j += 32) y[j] = from_acc<T>(to_acc(x[j]) * r * to_acc(weight[j]));
-  if (lane == 0) *rstd = r;
+  const int64_t row = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32;
+  if (row >= M) return;  // the whole warp leaves together, so lane_sum below still has all 32 lanes
+  const int lane = threadIdx.x % 32;
+  const T *gy = grad_y + row * N, *xr = x + row * N;
+  T* gx = grad_x + row * N;
+  const acc_t r = rstd[row];
+  acc_t dot = 0;
+  for (int j = lane; j < N; j += 32) dot += to_acc(gy[j]) * to_acc(weight[j]) * to_acc(xr[j]);
+  const acc_t mean_gx = norm_engine::lane_sum(dot) * r / N;
+  for (int j = lane; j < N; j += 32)
+    gx[j] = from_acc<T>(r * (to_acc(gy[j]) * to_acc(weight[j]) - to_acc(xr[j]) * r * mean_gx));
   // END SOLUTION
 }
 #endif
