@@ -46,6 +46,8 @@ def _bad_shapes(g):
         ((rows, c), (c - _draw(g, 1, c),), "bias shorter than C"),
         ((rows, c), (rows,), "bias matching x's first dimension, not its last"),
         ((3, rows, c), (), "a 0-d bias (a single number as a tensor)"),
+        ((rows, c), (1, c), "bias of shape [1, C]: it broadcasts over x, but the op takes [C]"),
+        ((rows, c), (1,), "bias of shape [1]: it broadcasts to every column, but the op takes [C]"),
     ]
 
 
@@ -122,6 +124,16 @@ WRONG = [
     Wrong(
         "checks bias's length but not that it has one dimension: [C, 1] gets through",
         [(_CHECK, "  if (bias_sizes[0] != c)\n")],
+        "cpu",
+    ),
+    Wrong(
+        "accepts a bias that broadcasts: one value of 1 passes for any C",
+        [(_CHECK, "  if (bias_dim != 1 || (bias_sizes[0] != c && bias_sizes[0] != 1))\n")],
+        "cpu",
+    ),
+    Wrong(
+        "compares only bias's last dimension with C: [1, C] (and [k, C]) get through",
+        [(_CHECK, "  if (bias_dim == 0 || bias_sizes[bias_dim - 1] != c)\n")],
         "cpu",
     ),
     Wrong(
