@@ -8,7 +8,10 @@
 //   backward(grad_y, x, bias, scale, need_bias_grad=True, version=2) -> [grad_x, grad_bias or None]
 //   backward_from_mask(grad_y, mask, scale, need_bias_grad=True, version=2) -> [grad_x, grad_bias or None]
 //       mask: forward_mask's bool mask, forward_bits' bits, or the output y (relu'(z) = 1 exactly where y >
-//       0); version 3 (y only): grad_bias by your bias_grad exercise (kernels/exercises/bias_grad.cuh)
+//       0); versions 3 and 4 (y only): grad_bias by a pass of its own, one thread per column (3) or your
+//       bias_grad exercise's block reduction (4, kernels/exercises/bias_grad.cuh)
+//   bias_grad_into(grad_y, y, grad_bias, version=4) -> grad_bias   grad_bias alone, by backward v3's or v4's
+//                                                      pass, written into a preallocated [C] tensor
 //   fused_bias_relu(x, bias, scale, save_bits=True) -> y   differentiable: a C++ torch::autograd::Function
 //                                                      saving the bits (the registered op below), or y
 //
@@ -31,7 +34,7 @@
 // inputs, allocates the outputs, picks the dtype (AT_DISPATCH) and calls the CPU loops below or the
 // CUDA launchers of fused_bias_relu.cu on PyTorch's current stream. Lesson 02's exercises are called
 // through fused_bias_relu_cpu.h / .h and compiled in the torch-free fused_bias_relu.exercises.cpp / .cu:
-// bias_shape_problem (check_bias's message) and backward v3's grad_bias (bias_grad_cpu, fbr_bias_grad_v3).
+// bias_shape_problem (check_bias's message) and backward v4's grad_bias (bias_grad_cpu, fbr_bias_grad_v4).
 #include <ATen/Parallel.h>
 #include <torch/autograd.h>
 #include <torch/csrc/utils/pybind.h>  // PYBIND11_MODULE: this file binds the Python module
@@ -230,19 +233,66 @@ void forward_into(const at::Tensor& x, const at::Tensor& bias, double scale, at:
   });
 }
 
+// grad_bias alone, by backward v3's or v4's pass over grad_y and y (contiguous [rows, cols], both > 0),
+// written into grad_bias: [cols], contiguous, possibly a view into a larger tensor (nothing else is written).
+void bias_grad_pass(const at::Tensor& grad_y, const at::Tensor& y, at::Tensor& grad_bias, BiasSums sums) {
+  const int64_t rows = rows_of(grad_y), cols = grad_y.size(-1);
+  if (grad_y.is_cpu() && sums == BiasSums::kBlockSums) {  // your Part 1: float and double, 16-bit via float
+    const at::ScalarType math = acc_dtype(grad_y);
+    const at::Tensor g = grad_y.to(math), ym = y.to(math);
+    at::Tensor out = at::empty({cols}, g.options());
+    AT_DISPATCH_FLOATING_TYPES(math, "bias_grad_cpu", [&] {
+      bias_grad_cpu(g.data_ptr<scalar_t>(), ym.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), rows, cols);
+    });
+    grad_bias.copy_(out);
+    return;
+  }
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, grad_y.scalar_type(), "fused_bias_relu_bias_grad", [&] {
+        using acc_t = at::opmath_type<scalar_t>;
+        if (grad_y.is_cpu()) {  // v3 on the CPU: row by row (rows are contiguous), one running sum per column
+          const scalar_t* gy = grad_y.data_ptr<scalar_t>();
+          const scalar_t* yv = y.data_ptr<scalar_t>();
+          std::vector<acc_t> sum(cols, acc_t(0));
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < cols; ++c)
+              if (passes(static_cast<acc_t>(yv[r * cols + c])))
+                sum[c] += static_cast<acc_t>(gy[r * cols + c]);
+          scalar_t* gb = grad_bias.data_ptr<scalar_t>();
+          for (int64_t c = 0; c < cols; ++c) gb[c] = static_cast<scalar_t>(sum[c]);
+          return;
+        }
+#ifdef WITH_CUDA
+        const OnDevice on(grad_y);
+        if (sums == BiasSums::kPerColumn) {
+          fbr_bias_grad_v3(cuda_ptr<scalar_t>(grad_y), cuda_ptr<scalar_t>(y), cuda_ptr<scalar_t>(grad_bias),
+                           rows, cols, on.stream);
+          return;
+        }
+        // v4's workspace: one row of partial sums per tile of rows, in the math type (allocated here, so that
+        // the kernels stay torch-free; the caching allocator makes it cheap)
+        at::Tensor partials =
+            at::empty({fbr_bias_grad_v4_parts(rows), cols}, grad_y.options().dtype(acc_dtype(grad_y)));
+        fbr_bias_grad_v4(cuda_ptr<scalar_t>(grad_y), cuda_ptr<scalar_t>(y), partials.data_ptr<acc_t>(),
+                         cuda_ptr<scalar_t>(grad_bias), rows, cols, on.stream);
+#endif
+      });
+}
+
 // grad_x and grad_bias from grad_y and what forward saved (x and bias, y, or the mask).
 std::vector<at::Tensor> backward_from(const at::Tensor& grad_y_in, const at::Tensor& saved_in, Saved kind,
                                       const at::Tensor& bias_in, double scale, bool need_bias_grad,
                                       int64_t version) {
-  check_version(version, 3);
-  TORCH_CHECK_VALUE(
-      version != 3 || kind == Saved::kOutput,
-      "backward version 3 (grad_bias one thread per column) reads relu' from y: pass the output y "
-      "to backward_from_mask");
-  // v3: grad_x by v1's kernel (CPU: the loop below) without the bias sums, then grad_bias by yours.
+  check_version(version, 4);
   const BiasSums sums = static_cast<BiasSums>(version);
-  const bool per_column = sums == BiasSums::kPerColumn && need_bias_grad;
-  const bool fused_sums = need_bias_grad && !per_column;
+  // v3 and v4: grad_x by v1's kernel (CPU: the loop below) without the bias sums, then grad_bias by a pass
+  // of its own over grad_y and y (bias_grad_pass).
+  const bool own_pass = sums == BiasSums::kPerColumn || sums == BiasSums::kBlockSums;
+  TORCH_CHECK_VALUE(!own_pass || kind == Saved::kOutput, "backward version ", std::to_string(version),
+                    " (grad_bias in a pass of its own) reads relu' from y: pass the output y to "
+                    "backward_from_mask");
+  const bool per_column = own_pass && need_bias_grad;
+  const bool fused_sums = need_bias_grad && !own_pass;
   const at::Tensor grad_y = grad_y_in.contiguous(), saved = saved_in.contiguous();
   const at::Tensor bias = kind == Saved::kInput ? bias_in.contiguous() : at::Tensor();
   const int64_t rows = rows_of(grad_y), cols = grad_y.size(-1);
@@ -287,20 +337,9 @@ std::vector<at::Tensor> backward_from(const at::Tensor& grad_y_in, const at::Ten
         fbr_backward(cuda_ptr<scalar_t>(grad_y), sv, kind, b, acc_t(scale), cuda_ptr<scalar_t>(grad_x),
                      fused_sums ? partials.data_ptr<acc_t>() : nullptr,
                      fused_sums ? cuda_ptr<scalar_t>(grad_bias) : nullptr, rows, cols, sums, on.stream);
-        if (per_column)
-          fbr_bias_grad_v3(cuda_ptr<scalar_t>(grad_y), cuda_ptr<scalar_t>(saved),
-                           cuda_ptr<scalar_t>(grad_bias), rows, cols, on.stream);
 #endif
       });
-  if (per_column && grad_y.is_cpu()) {  // your Part 1 takes float and double: float16/bfloat16 via float
-    const at::ScalarType math = acc_dtype(grad_y);
-    const at::Tensor g = grad_y.to(math), y = saved.to(math);
-    at::Tensor sums = at::empty({cols}, g.options());
-    AT_DISPATCH_FLOATING_TYPES(math, "bias_grad_cpu", [&] {
-      bias_grad_cpu(g.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(), sums.data_ptr<scalar_t>(), rows, cols);
-    });
-    grad_bias = sums.to(grad_y.scalar_type());
-  }
+  if (per_column) bias_grad_pass(grad_y, saved, grad_bias, sums);
   return {grad_x, grad_bias};
 }
 
@@ -412,6 +451,31 @@ std::vector<at::Tensor> backward_from_mask(const at::Tensor& grad_y, const at::T
   return backward_from(grad_y, mask, kind, at::Tensor(), scale, need_bias_grad, version);
 }
 
+// grad_bias alone, by backward v3's or v4's pass, written into `grad_bias`: a [C] tensor of grad_y's dtype
+// and device, contiguous, possibly a view into a larger one (lesson 02's self-check guards the bytes around
+// it).
+at::Tensor bias_grad_into(const at::Tensor& grad_y_in, const at::Tensor& y_in, at::Tensor& grad_bias,
+                          int64_t version) {
+  check_floating(grad_y_in, "grad_y");
+  check_cuda_built(grad_y_in, "grad_y");
+  check_not_0d(grad_y_in, "grad_y");
+  check_like(y_in, "y", grad_y_in, "grad_y");
+  check_same_dtype(y_in, "y", grad_y_in, "grad_y");
+  check_defined(grad_bias, "grad_bias");
+  check_same_device(grad_bias, "grad_bias", grad_y_in, "grad_y");
+  check_same_dtype(grad_bias, "grad_bias", grad_y_in, "grad_y");
+  check_shape(grad_bias, "grad_bias", {grad_y_in.size(-1)});
+  TORCH_CHECK_VALUE(grad_bias.is_contiguous(),
+                    "grad_bias must be contiguous (a view into a larger tensor is fine)");
+  TORCH_CHECK_VALUE(version == 3 || version == 4,
+                    "bias_grad_into runs backward version 3 or 4 (grad_bias in a pass of its own), got ",
+                    std::to_string(version));
+  const at::Tensor grad_y = grad_y_in.contiguous(), y = y_in.contiguous();
+  if (rows_of(grad_y) == 0 || grad_y.size(-1) == 0) return grad_bias.zero_();  // a sum over no rows
+  bias_grad_pass(grad_y, y, grad_bias, static_cast<BiasSums>(version));
+  return grad_bias;
+}
+
 // ---------------------------------------------------------------------------------------------------
 // The op as a real PyTorch op (lesson 04): the schemas, and the CPU and CUDA kernels (the functions above,
 // which handle both devices). Its Autograd kernels are in fused_bias_relu.autograd.cpp.
@@ -487,6 +551,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "output y",
       py::arg("grad_y"), py::arg("mask"), py::arg("scale") = 1.0, py::arg("need_bias_grad") = true,
       py::arg("version") = kDefaultBackwardVersion);
+  m.def("bias_grad_into", &bias_grad_into,
+        "grad_bias alone (the sum over rows of grad_y where y > 0), by backward v3's or v4's pass, written "
+        "into "
+        "the preallocated [C] tensor grad_bias; returns it",
+        py::arg("grad_y"), py::arg("y"), py::arg("grad_bias"), py::arg("version") = 4);
   m.def("fused_bias_relu", &fused_bias_relu, "differentiable relu(x * scale + bias): a C++ autograd Function",
         py::arg("x"), py::arg("bias"), py::arg("scale") = 1.0, py::arg("save_bits") = true);
 }

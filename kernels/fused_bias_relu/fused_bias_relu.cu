@@ -24,9 +24,15 @@
 //   backward v2  backward_kernel<..., true> + finish_column_sums / fbr_backward(BiasSums::kCooperative), the
 //                default: v1 in one cooperative kernel whose blocks add the partial rows after grid.sync: no
 //                second launch, no short idle kernel at the end. v1 where it cannot launch cooperatively.
-//   backward v3  fbr_backward without sums, then bias_grad_kernel / fbr_bias_grad_v3 (lesson 02's exercise,
-//                kernels/exercises/bias_grad.cuh, launched in fused_bias_relu.exercises.cu): one thread per
-//                column reading y. The simplest reduction; one pass more, and only cols threads add.
+//   backward v3  fbr_backward without sums, then bias_grad_column_kernel / fbr_bias_grad_v3: one thread per
+//                column reading y, down all the rows. The simplest reduction; one pass more, and only cols
+//                threads add (4096 columns: about one warp per SM, each with few loads in flight).
+//   backward v4  fbr_backward without sums, then bias_grad_partials_kernel + bias_grad_finish_kernel /
+//                fbr_bias_grad_v4 (lesson 02's exercise, kernels/exercises/bias_grad.cuh, launched in
+//                fused_bias_relu.exercises.cu): blocks of 32 columns x 16 lanes each add a tile of rows in
+//                shared memory into one partial sum per column, a second kernel adds the partials: every
+//                SM busy, in a fixed order (the same bits on every run). fbr_bias_grad_v4_parts sizes the
+//                partial-sum buffer the .cpp allocates.
 //
 // Everything is computed in Acc<T> (float, double for double inputs) and stored as T. relu(z) is
 // `z <= 0 ? 0 : z`, so a NaN goes through, as in torch.relu, and its gradient too.
@@ -274,6 +280,20 @@ __global__ void sum_partials_kernel(const Acc<T>* __restrict__ partials, int par
   if (threadIdx.y == 0 && c < cols) grad_bias[c] = from_acc<T>(red[0][threadIdx.x]);
 }
 
+// Backward v3's grad_bias: thread c adds column c down all the rows. Neighbouring threads of a warp read
+// neighbouring columns of the same row at each step, so each step is one coalesced load per warp; but
+// only `cols` threads work, each waiting for one row's loads before the next.
+template <typename T>
+__global__ void bias_grad_column_kernel(const T* __restrict__ grad_y, const T* __restrict__ y,
+                                        T* __restrict__ grad_bias, int64_t rows, int64_t cols) {
+  const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (c >= cols) return;
+  Acc<T> sum = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    if (passes(to_acc(y[r * cols + c]))) sum += to_acc(grad_y[r * cols + c]);
+  grad_bias[c] = from_acc<T>(sum);
+}
+
 // ------------------------------------------------------------------------------------------------
 // Grid planning
 // ------------------------------------------------------------------------------------------------
@@ -450,7 +470,16 @@ void fbr_backward(const T* grad_y, const void* saved, Saved kind, const T* bias,
   });
 }
 
+template <typename T>
+void fbr_bias_grad_v3(const T* grad_y, const T* y, T* grad_bias, int64_t rows, int64_t cols,
+                      cudaStream_t stream) {
+  bias_grad_column_kernel<T>
+      <<<ceil_div<int64_t>(cols, kThreads), kThreads, 0, stream>>>(grad_y, y, grad_bias, rows, cols);
+  COURSE_LAUNCH_CHECK();
+}
+
 #define INSTANTIATE(T)                                                                                    \
+  template void fbr_bias_grad_v3<T>(const T*, const T*, T*, int64_t, int64_t, cudaStream_t);              \
   template void fbr_forward_v1<T>(const T*, const T*, Acc<T>, T*, int64_t, int64_t, cudaStream_t);        \
   template void fbr_forward_v2<T>(const T*, const T*, Acc<T>, T*, bool*, int64_t, int64_t, cudaStream_t); \
   template void fbr_forward_v3<T>(const T*, const T*, Acc<T>, T*, bool*, uint32_t*, int64_t, int64_t,     \

@@ -26,7 +26,7 @@ void fbr_forward_v3(const T* x, const T* bias, Acc<T> scale, T* y, bool* mask, u
 // fbr_backward_partial_rows(...) * cols values of Acc<T>, from the same arguments. BiasSums::kPartials (v1):
 // two kernels (grad_x and per-block partial sums, then a small kernel adds them); kCooperative (v2, the
 // default): one cooperative kernel that also adds them (v1 where the GPU cannot launch cooperatively, or
-// without grad_bias). Backward v3 calls it without grad_bias, then fbr_bias_grad_v3.
+// without grad_bias). Backward v3 and v4 call it without grad_bias, then fbr_bias_grad_v3 or _v4.
 template <typename T>
 int fbr_backward_partial_rows(const T* grad_y, const void* saved, Saved kind, const T* bias, const T* grad_x,
                               int64_t rows, int64_t cols, BiasSums sums);
@@ -35,8 +35,16 @@ void fbr_backward(const T* grad_y, const void* saved, Saved kind, const T* bias,
                   Acc<T>* partials, T* grad_bias, int64_t rows, int64_t cols, BiasSums sums,
                   cudaStream_t stream);
 
-// Backward v3's grad_bias (yours: kernels/exercises/bias_grad.cuh Part 2, fused_bias_relu.exercises.cu):
-// grad_bias[c] = the sum over rows of grad_y where y > 0, one thread per column.
+// Backward v3's grad_bias: grad_bias[c] = the sum over rows of grad_y where y > 0, one thread per column
+// (fused_bias_relu.cu).
 template <typename T>
 void fbr_bias_grad_v3(const T* grad_y, const T* y, T* grad_bias, int64_t rows, int64_t cols,
+                      cudaStream_t stream);
+
+// Backward v4's grad_bias (yours: kernels/exercises/bias_grad.cuh Part 2, launched in
+// fused_bias_relu.exercises.cu): per-block partial sums of tiles of rows, then a second kernel adds them.
+// `partials` is a scratch buffer of fbr_bias_grad_v4_parts(rows) * cols values of Acc<T>.
+int64_t fbr_bias_grad_v4_parts(int64_t rows);
+template <typename T>
+void fbr_bias_grad_v4(const T* grad_y, const T* y, Acc<T>* partials, T* grad_bias, int64_t rows, int64_t cols,
                       cudaStream_t stream);

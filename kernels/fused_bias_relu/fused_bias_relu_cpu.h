@@ -15,15 +15,16 @@ enum class Saved {
   kBits,    // a bit mask written by forward v3: bit e % 32 of 32-bit word e / 32 for flat element e
 };
 
-// How backward adds grad_bias's column sums: the `version` argument (1..3) of backward and backward_from_mask
+// How backward adds grad_bias's column sums: the `version` argument (1..4) of backward and backward_from_mask
 // (fused_bias_relu.cu's header says why each is faster).
 enum class BiasSums {
   kPartials = 1,     // v1: per-block partial sums, then sum_partials_kernel adds them in a fixed order
   kCooperative = 2,  // v2: the same kernel adds them after grid.sync (v1 where it cannot launch so)
-  kPerColumn = 3,    // v3: grad_x without sums, then your bias_grad kernel, one thread per column (from y)
+  kPerColumn = 3,    // v3: grad_x without sums, then a pass of its own, one thread per column (from y)
+  kBlockSums = 4,    // v4: grad_x without sums, then your bias_grad kernels: per-block partials, then a sum
 };
 
-// Backward v3's grad_bias on the CPU (yours, bias_grad.cuh Part 1): T is float or double.
+// Backward v4's grad_bias on the CPU (yours, bias_grad.cuh Part 1): T is float or double.
 template <typename T>
 void bias_grad_cpu(const T* grad_y, const T* y, T* grad_bias, int64_t rows, int64_t cols);
 

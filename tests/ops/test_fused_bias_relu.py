@@ -358,27 +358,53 @@ def test_bad_backward_input_names_the_argument(ext, device):
         ext.backward_from_mask(x, torch.ones(2, 3, device="meta", dtype=torch.bool))
     with pytest.raises(ValueError, match="version must be between 1 and 3, got 4"):
         ext.forward(x, b, 1.0, 4)
-    with pytest.raises(ValueError, match="version must be between 1 and 3, got 4"):
-        ext.backward(x, x, b, 1.0, True, 4)
-    with pytest.raises(ValueError, match="backward version 3 .* reads relu' from y"):
-        ext.backward(x, x, b, 1.0, True, 3)
+    with pytest.raises(ValueError, match="version must be between 1 and 4, got 5"):
+        ext.backward(x, x, b, 1.0, True, 5)
+    for version in (3, 4):
+        with pytest.raises(ValueError, match=f"backward version {version} .* reads relu' from y"):
+            ext.backward(x, x, b, 1.0, True, version)
     with pytest.raises(ValueError, match="save must be one of"):
         fbr.fused_bias_relu(x, b, save="nothing")
 
 
+@pytest.mark.parametrize("version", [3, 4])
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", [(1, 5), (300, 20), (4097, 33), (2, 3, 257)])
-def test_backward_v3_one_thread_per_column_matches_v2(ext, device, dtype, shape):
-    """Backward v3 (lesson 02's bias_grad exercise, here its solution): grad_x as v1/v2 (the same kernel, the
+@pytest.mark.parametrize("shape", [(1, 5), (300, 20), (4097, 33), (2, 3, 257), (300001, 2)])
+def test_backward_v3_and_v4_bias_grad_pass_matches_v2(ext, device, dtype, shape, version):
+    """Backward v3 (one thread per column) and v4 (lesson 02's bias_grad exercise, here its solution: per-block
+    partial sums, then their sum; 300001 rows make tiles longer than 256): grad_x as v1/v2 (the same kernel, the
     same bits), grad_bias the float64 sum rounded once."""
     x, b, g = inputs(shape, dtype, device)
     y = ext.forward(x, b, SCALE)
     with check.poisoned():
-        gx, gb = ext.backward_from_mask(g, y, SCALE, True, 3)
+        gx, gb = ext.backward_from_mask(g, y, SCALE, True, version)
     assert torch.equal(gx, ext.backward_from_mask(g, y, SCALE, False, 2)[0])
     want = (g.double() * (y.double() > 0)).reshape(-1, shape[-1]).sum(0).to(dtype)
     check.assert_close(gb, want, **({} if dtype != torch.float32 else bias_tol(x)))
-    assert ext.backward_from_mask(g, y, SCALE, False, 3)[1] is None
+    assert ext.backward_from_mask(g, y, SCALE, False, version)[1] is None
+
+
+@pytest.mark.parametrize("version", [3, 4])
+def test_bias_grad_into_writes_its_view_only_and_names_bad_arguments(ext, device, version):
+    x, b, g = inputs((513, 37), torch.float32, device)
+    y = ext.forward(x, b, SCALE)
+    buf = torch.full((37 + 8,), -4096.0, device=device)
+    out = ext.bias_grad_into(g, y, buf[4:41], version)
+    assert out.data_ptr() == buf[4:41].data_ptr()
+    assert torch.equal(buf[:4], torch.full((4,), -4096.0, device=device)) and bool((buf[41:] == -4096.0).all())
+    check.assert_close(out, ext.backward_from_mask(g, y, SCALE, True, 2)[1], **bias_tol(x))
+    empty = torch.full((37,), 5.0, device=device)
+    assert bool((ext.bias_grad_into(g[:0], y[:0], empty, version) == 0).all())  # a sum over no rows
+    with pytest.raises(ValueError, match=r"grad_bias must have shape \[37\], got \[36\]"):
+        ext.bias_grad_into(g, y, buf[:36], version)
+    with pytest.raises(ValueError, match="grad_bias must be contiguous"):
+        ext.bias_grad_into(g, y, torch.empty(74, device=device)[::2], version)
+    with pytest.raises(TypeError, match="grad_bias must have the dtype of grad_y"):
+        ext.bias_grad_into(g, y, torch.empty(37, device=device, dtype=torch.float64), version)
+    with pytest.raises(ValueError, match="y must have shape"):
+        ext.bias_grad_into(g, y[:5], buf[4:41], version)
+    with pytest.raises(ValueError, match="bias_grad_into runs backward version 3 or 4 .* got 2"):
+        ext.bias_grad_into(g, y, buf[4:41], 2)
 
 
 def test_bias_grad_does_not_depend_on_the_number_of_cpu_threads(ext):
