@@ -1,13 +1,14 @@
-// kernels/square/square.cu: y = x * x and its backward grad_x = 2 * x * grad_y (lesson 02's exercise op).
+// kernels/square/square.cu: y = x * x and its backward grad_x = 2 * x * grad_y (lesson 02b's exercise op:
+// you write its glue, which calls these launchers).
 //
-//   square v1   square_forward_kernel / square_backward_kernel (yours: kernels/exercises/square.cuh),
-//               launched by square_forward_v1 / square_backward_v1 in square.exercises.cu. One thread per
-//               element, loads of sizeof(T) bytes.
 //   square v2   square_forward_v2_kernel / square_backward_v2_kernel, launched by square_forward_v2 /
 //               square_backward_v2: one 16-byte Pack per thread (lesson 01's forward v2). A quarter to an
-//               eighth of the memory instructions of v1 for the same bytes, so more bytes in flight per SM.
+//               eighth of the memory instructions of one thread per element for the same bytes, so more
+//               bytes in flight per SM.
 //
-// Everything is computed in Acc<T> (float, double for double inputs) and stored as T.
+// Everything is computed in Acc<T> (float, double for double inputs) and stored as T. Each launcher runs on
+// the stream it is given and checks the launch; an input or output that is not 16-byte aligned (a view at an
+// odd offset) takes the one-value-per-thread kernel.
 #include <algorithm>
 
 #include "square.h"

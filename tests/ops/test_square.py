@@ -1,5 +1,6 @@
-"""kernels/square/: lesson 02's exercise op, y = x * x as a C++ autograd Function, built with the
-solutions: both versions against plain PyTorch on every dtype, gradcheck, empty input, bad arguments."""
+"""kernels/square/: the square op, y = x * x, built with the solutions: lesson 02b's exercise (the glue,
+SquareFunction and the binding, kernels/solutions/square_glue.h) over the course's kernels, against plain
+PyTorch on every dtype and layout, gradcheck, empty input, bad arguments."""
 
 import re
 
@@ -17,23 +18,24 @@ def ext():
     return load_solutions("square")
 
 
-@pytest.mark.parametrize("version", [1, 2])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", [1, 7, 8, 1000, 4099])
-def test_forward_and_backward_match_torch(ext, device, dtype, n, version):
+def test_forward_and_backward_match_torch(ext, device, dtype, n):
     x = torch.randn(n, device=device).to(dtype).requires_grad_()
     g = torch.randn(n, device=device).to(dtype)
     with check.poisoned():
-        y = ext.square(x, version)
+        y = ext.square(x)
         (gx,) = torch.autograd.grad(y, x, g)
     xd = x.detach().double()
     check.assert_close(y.detach(), (xd * xd).to(dtype), name="y")
     check.assert_close(gx, (2 * xd * g.double()).to(dtype), name="grad_x")
 
 
-def test_an_unaligned_view_takes_the_one_value_path(ext, device):
-    x = torch.randn(1001, device=device)[1:]  # not 16-byte aligned
-    check.assert_close(ext.forward(x, 2), x * x)
+def test_views_an_unaligned_offset_and_a_transpose(ext, device):
+    x = torch.randn(1001, device=device)[1:]  # not 16-byte aligned: the one-value-per-thread kernel
+    check.assert_close(ext.forward(x), x * x)
+    x, g = torch.randn(33, 64, device=device).t(), torch.randn(64, 33, device=device)
+    check.assert_close(ext.backward(g, x), 2 * x * g)
 
 
 def test_gradcheck_and_empty(ext, device):
@@ -46,5 +48,5 @@ def test_bad_arguments_are_named(ext):
         ext.forward(torch.ones(3, dtype=torch.int32))
     with pytest.raises(ValueError, match=re.escape("grad_y must have shape [3], got [4]")):
         ext.backward(torch.ones(4), torch.ones(3))
-    with pytest.raises(ValueError, match="version must be between 1 and 2"):
-        ext.forward(torch.ones(3), 3)
+    with pytest.raises(TypeError, match="grad_y must have the dtype of x"):
+        ext.backward(torch.ones(3, dtype=torch.float64), torch.ones(3))
