@@ -16,6 +16,11 @@ What the environment changes (read once, here):
                                 that has a Python module in helpers/ops/)
     COURSE_WHEEL_BUILD=DIR      where objects are compiled (default: a folder of the course's build cache per
                                 configuration, so a second build of an unchanged op only relinks and zips)
+    COURSE_ENTRY=FILE           build one op from FILE's setup.py entry instead, `extension(kernels, headers, cuda,
+                                flags)` (lesson 06's exercise: your own op), with the Python files its PYTHON_SIDE
+                                names shipped as course_ops.registrations
+    COURSE_HEADERS=DIR          with COURSE_ENTRY: the exercise files the op is built with (default kernels/exercises:
+                                yours; kernels/solutions: the course's answers)
 """
 
 from __future__ import annotations
@@ -72,14 +77,20 @@ def _rel(p: Path) -> str:
     return os.path.relpath(p, ROOT)  # setuptools wants paths relative to setup.py
 
 
-def extension_for(name: str, cuda: bool, debug: bool):
-    from torch.utils.cpp_extension import CppExtension, CUDAExtension
-
-    headers = sorted(p for ext in ("h", "cuh") for p in KERNELS.rglob(f"*.{ext}") if p.parent.name != "exercises")
+def compile_args(cuda: bool, debug: bool) -> dict[str, list[str]]:
+    """The course's compiler flags, as an Extension's extra_compile_args: for the host compiler ("cxx") and, in a
+    CUDA build, for nvcc."""
     cxx = ["-O0", "-g"] if debug else ["-O3", "-g0"]  # -g0: no debug info (Python's own flags add -g)
     # The loader's nvcc flags: -lineinfo (source lines for profilers, no run-time cost) unless DEBUG=1, which
     # makes device code unoptimized (-G) so that cuda-gdb can step through it.
     nvcc = ["-O0", "-g", "-G"] if debug else ["-O3", "-lineinfo"]
+    return {"cxx": cxx, "nvcc": [*nvcc, "--expt-relaxed-constexpr"]} if cuda else {"cxx": cxx}
+
+
+def extension_for(name: str, cuda: bool, debug: bool):
+    from torch.utils.cpp_extension import CppExtension, CUDAExtension
+
+    headers = sorted(p for ext in ("h", "cuh") for p in KERNELS.rglob(f"*.{ext}") if p.parent.name != "exercises")
     kind = CUDAExtension if cuda else CppExtension
     return kind(
         name=f"course_ops.{name}",
@@ -87,8 +98,47 @@ def extension_for(name: str, cuda: bool, debug: bool):
         include_dirs=[str(d) for d in include_dirs()],
         depends=[_rel(h) for h in headers],  # an edited header rebuilds the op (setuptools compares times)
         define_macros=[("WITH_CUDA", None)] if cuda else [],
-        extra_compile_args={"cxx": cxx, "nvcc": [*nvcc, "--expt-relaxed-constexpr"]} if cuda else {"cxx": cxx},
+        extra_compile_args=compile_args(cuda, debug),
     )
+
+
+def entry() -> tuple[object, Path] | None:
+    """COURSE_ENTRY's module (a learner's setup.py entry, lesson 06) and the folder of exercise files it builds
+    with, or None for the course's own ops."""
+    if not os.environ.get("COURSE_ENTRY"):
+        return None
+    import importlib.util
+
+    path = Path(os.environ["COURSE_ENTRY"]).resolve()
+    spec = importlib.util.spec_from_file_location("course_entry", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    headers = Path(os.environ.get("COURSE_HEADERS") or KERNELS / "exercises").resolve()
+    return module, headers
+
+
+def entry_extension(module, headers: Path, cuda: bool, debug: bool):
+    """The learner's entry, with its sources made relative to setup.py (setuptools wants them so)."""
+    ext = module.extension(KERNELS, headers, cuda, compile_args(cuda, debug))
+    ext.sources = [_rel(Path(s).resolve()) for s in ext.sources]
+    return ext
+
+
+def build_py_class(files: list[Path]):
+    """setuptools' build_py, which also stages `files` (an entry op's Python side: lesson 04's fake kernels and
+    autograd formulas) as the package course_ops.registrations; importing course_ops registers each one."""
+    from setuptools.command.build_py import build_py
+
+    class BuildCoursePy(build_py):
+        def run(self):
+            super().run()
+            if files:
+                staged = Path(self.build_lib) / "course_ops" / "registrations"
+                staged.mkdir(parents=True, exist_ok=True)
+                for f in files:
+                    shutil.copyfile(f, staged / f.name)
+
+    return BuildCoursePy
 
 
 def build_ext_class():
@@ -125,13 +175,17 @@ def build_config() -> dict:
         from torch.utils import cpp_extension
 
         cpp_extension.CUDA_HOME = str(kit.root)  # it read the variable when first imported
-    return {
-        "ops": packaged_ops(),
+    chosen = entry()
+    config = {
+        "ops": ["(COURSE_ENTRY)"] if chosen else packaged_ops(),
         "cuda": cuda,
         "archs": os.environ.get("TORCH_CUDA_ARCH_LIST", "") if cuda else "",
         "debug": _flag("DEBUG", "0"),
         "torch": torch.__version__,
     }
+    if chosen:
+        config["headers"] = str(chosen[1])
+    return config
 
 
 def build_dir(config: dict) -> Path:
@@ -143,6 +197,18 @@ def build_dir(config: dict) -> Path:
 
 def main() -> None:
     config = build_config()
+    chosen = entry()
+    if chosen:
+        module, headers = chosen
+        ext_modules = [entry_extension(module, headers, config["cuda"], config["debug"])]
+        python_side = [headers / f for f in getattr(module, "PYTHON_SIDE", [])]
+        # Entries that compile alike share a build folder whatever their sources and name: a second build of an
+        # entry, or of one with a file more or less, recompiles only what changed.
+        ext = ext_modules[0]
+        config["compile"] = repr((ext.include_dirs, ext.define_macros, ext.extra_compile_args))
+    else:
+        ext_modules = [extension_for(n, config["cuda"], config["debug"]) for n in config["ops"]]
+        python_side = []
     build = build_dir(config)
     print(f"course_ops: {config} (objects in {build})", flush=True)
     for staged in build.glob("lib*"):  # what the last build staged for the wheel: a file since removed stays out
@@ -151,8 +217,8 @@ def main() -> None:
         # One package: the ops' Python side (helpers/ops: fake kernels, autocast rules) ships as course_ops.ops.
         packages=["course_ops", "course_ops.ops"],
         package_dir={"course_ops.ops": "helpers/ops"},
-        ext_modules=[extension_for(n, config["cuda"], config["debug"]) for n in config["ops"]],
-        cmdclass={"build_ext": build_ext_class()},
+        ext_modules=ext_modules,
+        cmdclass={"build_ext": build_ext_class(), "build_py": build_py_class(python_side)},
         options={"build": {"build_base": str(build)}, "egg_info": {"egg_base": str(build)}},
     )
 

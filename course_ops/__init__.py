@@ -10,12 +10,18 @@ no nvcc, no ninja, no kernels/ folder needed.
 
 helpers.ops.extension(NAME) (and course_ops.ops.extension) returns these modules once this package is imported,
 instead of building kernels/.
+
+A wheel built from a learner's setup.py entry (lesson 06's exercise: your own op, `square`) carries its Python
+side as course_ops.registrations: lesson 04's fake kernels and autograd formulas, each module with a
+register(lib); importing course_ops registers them too, with a Library fragment that lives as long as the process.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.machinery
+import importlib.util
+import pkgutil
 from pathlib import Path
 
 import torch  # noqa: F401  (the libraries link against torch's: load it first)
@@ -40,4 +46,12 @@ extensions = {name: importlib.import_module(f"{__name__}.{name}") for name in OP
 from . import ops as _ops  # noqa: E402  (helpers/ops, shipped as course_ops.ops; after `extensions`: extension() looks here)
 
 for _name in OPS:
-    importlib.import_module(f"{_ops.__name__}.{_name}").register()
+    # An op with no module in course_ops.ops (a learner's op) brings its registrations in course_ops.registrations.
+    if importlib.util.find_spec(f"{_ops.__name__}.{_name}") is not None:
+        importlib.import_module(f"{_ops.__name__}.{_name}").register()
+
+_LIBRARY = None  # the fragment that holds course_ops.registrations' registrations (they end with it)
+if (_HERE / "registrations").is_dir():
+    _LIBRARY = torch.library.Library("course", "FRAGMENT")
+    for _info in pkgutil.iter_modules([str(_HERE / "registrations")]):
+        importlib.import_module(f"{__name__}.registrations.{_info.name}").register(_LIBRARY)

@@ -2,6 +2,7 @@
 it in a fresh Python process that cannot see this course folder (so what runs is what the wheel holds).
 
     w = wheel.build(out, ops=["polynomial"], cuda=False)      # pip wheel --no-build-isolation: a Wheel
+    w = wheel.build(out, entry=FILE, headers=DIR, cuda=False) # one op from a learner's setup.py entry
     site = wheel.install(w.path, target)                      # pip install --target: a fresh folder
     report = wheel.check_installed(site)                      # a new process: import, run, opcheck
 
@@ -24,6 +25,8 @@ from .env import REPO_ROOT
 
 
 class WheelError(RuntimeError):
+    output = ""  # the failed command's whole output (the message holds its last lines)
+
     def _render_traceback_(self):  # IPython: the message, not a traceback through subprocess
         return [f"\x1b[31mWheelError\x1b[0m: {self}"]
 
@@ -53,7 +56,9 @@ def _run(cmd: list[str], what: str, env: dict | None = None, cwd: Path | None = 
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-40:])
-        raise WheelError(f"{what} failed (exit {proc.returncode}):\n$ {' '.join(map(str, cmd))}\n{tail}")
+        error = WheelError(f"{what} failed (exit {proc.returncode}):\n$ {' '.join(map(str, cmd))}\n{tail}")
+        error.output = proc.stdout + proc.stderr
+        raise error
     return proc.stdout
 
 
@@ -65,11 +70,15 @@ def build(
     archs: str | None = None,
     debug: bool = False,
     build_dir: str | Path | None = None,
+    entry: str | Path | None = None,
+    headers: str | Path | None = None,
 ) -> Wheel:
     """`pip wheel --no-build-isolation --no-deps -w OUT .` in the course folder, with setup.py's switches set:
     COURSE_OPS (default: every packaged op), USE_CUDA, TORCH_CUDA_ARCH_LIST (default: this machine's GPU),
     DEBUG. build_dir: where objects are compiled (default: a folder of the build cache per configuration,
-    reused by the next build of the same configuration; pass a new folder to time a build from scratch)."""
+    reused by the next build of the same configuration; pass a new folder to time a build from scratch).
+    entry: a file whose extension(kernels, headers, cuda, flags) is the one op to build (COURSE_ENTRY: lesson 06's
+    exercise), with the exercise files of `headers` (default kernels/exercises)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, USE_CUDA="1" if cuda else "0", DEBUG="1" if debug else "0")
@@ -80,6 +89,10 @@ def build(
             env[var] = value
     if build_dir is not None:
         env["COURSE_WHEEL_BUILD"] = str(build_dir)
+    for var, value in (("COURSE_ENTRY", entry), ("COURSE_HEADERS", headers)):
+        env.pop(var, None)
+        if value is not None:
+            env[var] = str(Path(value).resolve())
     before = set(out.glob("*.whl"))
     for old in before:  # pip keeps a wheel of the same name: remove it, so the one returned is this build's
         if old.name.startswith("course_ops-"):
@@ -91,7 +104,7 @@ def build(
     made = sorted(out.glob("course_ops-*.whl"), key=lambda p: p.stat().st_mtime)
     if not made:
         raise WheelError(f"pip wheel succeeded but left no course_ops wheel in {out}")
-    return Wheel(made[-1], seconds, ops or [], cuda, archs or "", debug)
+    return Wheel(made[-1], seconds, ops or ([Path(entry).stem] if entry else []), cuda, archs or "", debug)
 
 
 def install(wheel: str | Path, target: str | Path) -> Path:
@@ -167,6 +180,15 @@ def check_installed(site: str | Path, *, hide_gpu: bool = False) -> dict:
         if not Path(path).resolve().is_relative_to(site):
             raise WheelError(f"the fresh process loaded {path}, not the installed copy in {site}")
     return report
+
+
+def run_fresh(site: str | Path, program: str, *args: str, hide_gpu: bool = False) -> str:
+    """`python -c PROGRAM ARGS...` in a new process with `site` first on sys.path, started in an empty folder (the
+    course folder is not visible). Returns its standard output; raises WheelError when it fails."""
+    site = Path(site).resolve()
+    with tempfile.TemporaryDirectory(prefix="course-fresh-") as cwd:
+        cmd = [sys.executable, "-c", program, *map(str, args)]
+        return _run(cmd, "the fresh process", env=_fresh_env(site, hide_gpu), cwd=Path(cwd))
 
 
 _TIME = r"""

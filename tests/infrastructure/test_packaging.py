@@ -1,7 +1,8 @@
-"""Lesson 06's package: setup.py builds the loader's own sources (no copies) with the exercise solutions,
-pyproject.toml declares the build without losing its tool sections, and a wheel built with
-`pip wheel --no-build-isolation`, installed into an empty folder, imports in a new process that cannot see the
-course folder and passes opcheck there (a CPU-only wheel in CI; the GPU run builds it for the card).
+"""Lesson 06's package: setup.py builds the loader's own sources (no copies) with the exercise solutions (or one
+op from a learner's entry file, COURSE_ENTRY), pyproject.toml declares the build without losing its tool
+sections, and a wheel built with `pip wheel --no-build-isolation`, installed into an empty folder, imports in a
+new process that cannot see the course folder and passes opcheck there (a CPU-only wheel in CI; the GPU run
+builds it for the card).
 
 The wheel of this file and notebook 06's share one build folder in the build cache (the same configuration):
 whichever runs first compiles, the other relinks and zips."""
@@ -67,6 +68,26 @@ def test_each_op_is_built_from_the_loaders_sources_with_the_solutions(setup_py, 
         assert ext.include_dirs[:2] == [str(env.KERNELS / "solutions"), str(env.KERNELS)]
         assert str(env.KERNELS / "exercises") not in ext.include_dirs
         assert (("WITH_CUDA", None) in ext.define_macros) == cuda
+
+
+@pytest.mark.parametrize("cuda", [True, False], ids=["cuda", "cpu-only"])
+def test_an_entry_file_builds_one_op_with_its_sources_relative_and_its_python_side(setup_py, monkeypatch, cuda):
+    """COURSE_ENTRY (lesson 06's exercise): the learner's extension() is called with kernels/ and the exercise
+    files' folder; setup.py makes its sources relative, and the build folder is one of its own."""
+    monkeypatch.setenv("COURSE_ENTRY", str(env.KERNELS / "solutions" / "wheel_square.py"))
+    monkeypatch.setenv("COURSE_HEADERS", str(env.KERNELS / "solutions"))
+    module, headers = setup_py.entry()
+    assert headers == env.KERNELS / "solutions"
+    ext = setup_py.entry_extension(module, headers, cuda=cuda, debug=False)
+    assert ext.name == "course_ops.square"
+    assert sorted(ROOT / s for s in ext.sources) == sorted(
+        s for s in loader.sources_for("square") if cuda or s.suffix != ".cu"
+    )
+    assert not any(s.startswith("/") for s in ext.sources), "setuptools wants sources relative to setup.py"
+    assert ext.extra_compile_args == setup_py.compile_args(cuda, debug=False)
+    assert all((headers / f).is_file() for f in module.PYTHON_SIDE)
+    monkeypatch.delenv("COURSE_ENTRY")
+    assert setup_py.entry() is None
 
 
 def test_debug_builds_device_code_with_G_and_release_with_lineinfo(setup_py):
