@@ -1,31 +1,35 @@
-"""Self-check for lesson 04's second exercise: kernels/exercises/square_autograd.py, register_autograd for
-course::square (Part 1) and for course::square_backward (Part 2, so that second derivatives work).
+"""Self-check for lesson 04b's exercise: kernels/exercises/square_autograd.py, register_autograd for
+course::square (Part 1) and for course::square_backward (Part 2, so that second derivatives work). Both ops
+are lesson 04's exercise 1 (kernels/exercises/square_library.h): until it registers them, this check says so.
 
 It registers your functions (your file's `register(lib)`), then checks on the CPU, and in CUDA mode on the
 GPU, with shapes and values drawn afresh each run: first derivatives against 2 * x * grad_y in every dtype,
-gradcheck in float64; second derivatives against their formulas, gradgradcheck; then the rules: a gradient
-nobody asked for is not computed (ctx.needs_input_grad), and tensors are saved with ctx.save_for_backward (an
+gradcheck in float64; second derivatives against their formulas, gradgradcheck; then the rules: each backward
+computes its gradients with the course op course::square_backward (it counts the calls: a formula in plain
+torch ops gives the right numbers, but not the C++ kernel the exercise is about), a gradient nobody asked for
+is not computed (ctx.needs_input_grad), and tensors are saved with ctx.save_for_backward (an
 input changed in place after the forward makes backward refuse, instead of silently using the new values).
 Last, torch.library.opcheck on both ops, which also compiles them (their fake kernels: yours from exercise
-1 if its self-check passed in this session, else the given ones from kernels/solutions/square_fake.py)."""
+2 if its self-check passed in this session, else the given ones from kernels/solutions/square_fake.py)."""
 
 from __future__ import annotations
 
 import torch
 
 from .. import check as _check
-from .. import library, loader, selfcheck
-from . import Wrong, python_module, square_fake
+from .. import library, selfcheck
+from . import Wrong, python_module, square_fake, square_library
 
 OP = "square"
 NAME = "square_autograd"
 LIB = "square autograd"
 FILE = "kernels/exercises/square_autograd.py"
 HINT = (
-    "Part 1: setup_square saves x (ctx.save_for_backward(x)); backward_square returns "
-    "torch.ops.course.square_backward(grad_y, x). Part 2: d(2*x*grad_y)/d(grad_y) = 2*x and d/dx = 2*grad_y: "
-    "both are square_backward(grad_grad_x, ...); return None for an input whose ctx.needs_input_grad is False. "
-    f"See {FILE}"
+    "Part 1: which tensor does the derivative 2*x*grad_y need from the forward? Save it the way lesson 04's "
+    "section 5 saves polynomial's inputs, and compute the gradient with the course's op that already computes "
+    "2*x*grad_y (torch.compile traces an op, not a pybind call). Part 2: d(2*x*grad_y)/d(grad_y) = 2*x and "
+    "d/dx = 2*grad_y, each times grad_grad_x: the same op again, with other arguments; None for an input whose "
+    f"ctx.needs_input_grad is False. See {FILE}"
 )
 PART1, PART2 = "Part 1 (course::square)", "Part 2 (course::square_backward)"
 
@@ -74,12 +78,23 @@ def _first_derivative(c: _Check, x: torch.Tensor, gy: torch.Tensor) -> None:
 
     def run():
         xr = x.detach().requires_grad_()
-        return torch.autograd.grad(torch.ops.course.square(xr), xr, gy)[0]
+        y = torch.ops.course.square(xr)
+        with library.calls("course::square_backward") as n:
+            grad = torch.autograd.grad(y, xr, gy)[0]
+        return grad, n.count
 
     with _check.poisoned():
-        got = c.run(where, run)
+        got, count = c.run(where, run)
     want = (2 * x.double() * gy.double()).to(x.dtype)
     c.close(got, want, "the gradient of x", where)
+    if count != 1:
+        c.fail(
+            where,
+            f"backward_square ran course::square_backward {count} times; the gradient takes it once.",
+            "that the backward uses the course's op: torch.ops.course.square_backward is the C++ kernel the "
+            "exercise is about (and what torch.compile and CUDA graphs see); a formula in plain torch ops gives "
+            "the same numbers without it",
+        )
     c.cases += 1
 
 
@@ -120,6 +135,13 @@ def _only_what_is_needed(c: _Check, x: torch.Tensor, gy: torch.Tensor, u: torch.
         grad, count = c.run(where, run, why)
         want = 2 * (x.double() if wanted == "grad_y" else gy.double()) * u.double()
         c.close(grad, want.to(x.dtype), f"the gradient of {wanted}", where, why)
+        if count == 0:
+            c.fail(
+                where,
+                "backward_square_backward never ran course::square_backward: compute each gradient with the course's "
+                "op (2*x*grad_grad_x is square_backward(grad_grad_x, x)), not with plain torch ops.",
+                why,
+            )
         if count != 1:
             c.fail(where, f"backward ran course::square_backward {count} times; the one gradient needed takes 1.", why)
         c.cases += 1
@@ -163,11 +185,13 @@ def check(device=None, ext=None, seed=None) -> int:
     """Your autograd registrations for course::square (Part 1) and course::square_backward (Part 2), on the CPU
     and in CUDA mode on the GPU too. `ext`: your file as a module (default: executed afresh from
     kernels/exercises/square_autograd.py, or the solution with COURSE_SOLUTIONS=1)."""
-    loader.load(OP)  # defines course::square and course::square_backward (their C++ kernels)
     seed = selfcheck.new_seed(seed)
     g = torch.Generator().manual_seed(seed)
     c = _Check(seed)
     with selfcheck.exercise(NAME):
+        # course::square and course::square_backward: exercise 1's registration (the solution's when a test passes
+        # a wrong answer to this exercise, as build_wrong builds the other exercises).
+        square_library.require(NAME, solution=True if ext is not None else None)
         _given_fakes()
         try:
             mine = ext or python_module(NAME)
@@ -237,6 +261,26 @@ WRONG = [
     Wrong(
         "x kept as an attribute of ctx, not with save_for_backward: an in-place change of x goes unnoticed",
         [(_SETUP, "    ctx.x = x\n"), (_BACKWARD, "    return torch.ops.course.square_backward(grad_y, ctx.x)\n")],
+        "cpu",
+    ),
+    Wrong(
+        "Part 1's backward computes 2 * x * grad_y with torch ops: the right numbers, but never the course's op",
+        [(_BACKWARD, "    (x,) = ctx.saved_tensors\n    return 2 * x * grad_y\n")],
+        "cpu",
+    ),
+    Wrong(
+        "Part 2's gradients computed with torch ops (2 * x * grad_grad_x, 2 * grad_y * grad_grad_x): no course op, "
+        "and a second derivative that autograd builds from aten instead of the kernel",
+        [
+            (
+                "torch.ops.course.square_backward(grad_grad_x, x) if need_grad_y",
+                "2 * x * grad_grad_x if need_grad_y",
+            ),
+            (
+                "torch.ops.course.square_backward(grad_grad_x, grad_y) if need_x",
+                "2 * grad_y * grad_grad_x if need_x",
+            ),
+        ],
         "cpu",
     ),
     Wrong(

@@ -1,10 +1,12 @@
-"""Self-check for lesson 04's first exercise: kernels/exercises/square_fake.py, the fake kernels of
-course::square and course::square_backward (kernels/square/square.cpp defines both ops with CPU and CUDA kernels).
+"""Self-check for lesson 04's second exercise: kernels/exercises/square_fake.py, the fake kernels of
+course::square and course::square_backward (exercise 1, kernels/exercises/square_library.h, registers both ops
+with CPU and CUDA kernels: until it does, this check says so and stops).
 
 It registers your functions (your file's `register(lib)`), then, on inputs drawn afresh each run, runs each op
 on fake tensors, as torch.compile does, and compares what your fake kernel says with what the real kernel
 returns: shape, dtype, device and strides. Then the rules, each with its own explanation: inputs that are not
-contiguous, CUDA inputs (fake CUDA tensors, so on any machine), a new tensor rather than an input, and no
+contiguous (x, grad_y or both), a grad_y whose shape only broadcasts against x (the kernel refuses it, so must
+the fake), CUDA inputs (fake CUDA tensors, so on any machine), a new tensor rather than an input, and no
 computation on the inputs. Last, torch.library.opcheck on both ops."""
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .. import library, loader, selfcheck
-from . import Wrong, python_module
+from .. import library, selfcheck
+from . import Wrong, python_module, square_library
 
 OP = "square"
 NAME = "square_fake"
@@ -24,7 +26,8 @@ FILE = "kernels/exercises/square_fake.py"
 HINT = (
     "the C++ kernels allocate their output with at::empty_like(x.contiguous()): a new contiguous tensor of x's "
     "shape, dtype and device. Which of torch.empty_like(x), x.new_empty(...), torch.empty(...) gives exactly that "
-    f"for every x? See {FILE}"
+    "for every x? And what the kernel refuses (backward's check_like: grad_y of x's shape), the fake refuses too: "
+    f"torch._check states a condition on fake tensors. See {FILE}"
 )
 
 # aten ops that allocate or only look at metadata: a fake kernel may call these on its inputs.
@@ -164,6 +167,40 @@ class _Check:
             )
         self.cases += 1
 
+    def refuses_broadcast(self, g: torch.Generator, device) -> None:
+        """grad_y of a shape that broadcasts against x's: the kernel refuses it, so must the fake (or a compiled
+        program traces on and fails, or computes with a shape the op does not take, only when it runs)."""
+        why = (
+            "a grad_y whose shape broadcasts against x's but is not x's: square_backward's kernel refuses it "
+            "(check_like), and a fake kernel must refuse what the kernel refuses, or torch.compile accepts a "
+            "program that fails when it runs"
+        )
+        m, n = _draw(g, 2, 30), _draw(g, 2, 30)
+        x = torch.randn(m, n, generator=g).to(device)
+        for shape in ((1, n), (n,), (m, 1)):
+            grad_y = torch.randn(shape, generator=g).to(device)
+            where = f"course::square_backward, grad_y of shape {list(shape)} with x of shape {[m, n]} on {device}"
+            try:
+                _ops()["course::square_backward"](grad_y, x)
+            except Exception as e:
+                refused = library.first_lines(e, 1)
+            else:
+                raise RuntimeError(f"the kernel accepted {where}: the check expects it to refuse")
+            with FakeTensorMode() as mode:
+                fakes = [mode.from_tensor(grad_y), mode.from_tensor(x)]
+                try:
+                    out = _ops()["course::square_backward"](*fakes)
+                except Exception as e:
+                    if isinstance(e, NotImplementedError) and "exercise" in str(e):
+                        self.fail(where, f"square_backward_fake in {FILE} is not written yet", why)
+                    self.cases += 1
+                    continue
+            self.fail(
+                where,
+                f"your fake kernel returned {_looks(out)} where the kernel refuses ({refused}).",
+                why,
+            )
+
     def on_fake_cuda(self, qualname: str, shape, dtype) -> None:
         """A fake CUDA input (no GPU needed): the output must be a contiguous CUDA tensor like x."""
         why = "a CUDA input (a fake one, so this runs on any machine): the kernel's output is on x's device"
@@ -231,10 +268,12 @@ def check(device=None, ext=None, seed=None) -> int:
     """Your fake kernels against the C++ kernels' outputs (shape, dtype, device, strides) on the CPU, and in CUDA
     mode on the GPU, then the rules and torch.library.opcheck. `ext`: your file as a module (default: executed
     afresh from kernels/exercises/square_fake.py, or the solution with COURSE_SOLUTIONS=1)."""
-    loader.load(OP)  # defines course::square and course::square_backward (their C++ kernels)
     seed = selfcheck.new_seed(seed)
     g = torch.Generator().manual_seed(seed)
     with selfcheck.exercise(NAME):
+        # course::square and course::square_backward: exercise 1's registration (the solution's when a test passes
+        # a wrong answer to this exercise, as build_wrong builds the other exercises).
+        square_library.require(NAME, solution=True if ext is not None else None)
         checker = _Check(None, seed)
         try:
             checker.mine = ext or python_module(NAME)
@@ -258,6 +297,11 @@ def check(device=None, ext=None, seed=None) -> int:
                     grad_y = torch.randn(x.shape, generator=g).to(device=dev, dtype=dtype)
                     for qualname in _ops():
                         checker.compare(qualname, _args(qualname, x, grad_y), why)
+                    # grad_y not contiguous too (randn_like keeps a dense layout): backward's output is still
+                    # contiguous, whichever input a fake takes its layout from.
+                    checker.compare("course::square_backward", (torch.randn_like(x), x.contiguous()), why)
+                    checker.compare("course::square_backward", (torch.randn_like(x), x), why)
+            checker.refuses_broadcast(g, dev)
         for qualname in _ops():
             checker.on_fake_cuda(qualname, (_draw(g, 1, 50), _draw(g, 1, 50)), torch.bfloat16)
             for x in _not_contiguous(g, "cpu", torch.float32)[:2]:
@@ -284,6 +328,11 @@ def check(device=None, ext=None, seed=None) -> int:
 
 
 _FWD = "    return x.new_empty(x.shape)  # the kernel's output is contiguous, whatever x's strides\n"
+_SHAPE_CHECK = (
+    '    torch._check(grad_y.shape == x.shape, lambda: f"grad_y must have shape {list(x.shape)}, got '
+    '{list(grad_y.shape)}")\n'
+)
+_BWD = "    return x.new_empty(x.shape)\n    # END SOLUTION\n\n\ndef register"
 
 WRONG = [
     Wrong(
@@ -313,22 +362,50 @@ WRONG = [
     ),
     Wrong(
         "the backward's fake returns grad_y itself: the kernel returns a new tensor",
-        [
-            (
-                "    return x.new_empty(x.shape)\n    # END SOLUTION\n\n\ndef register",
-                "    return grad_y\n    # END SOLUTION\n\n\ndef register",
-            )
-        ],
+        [(_BWD, _BWD.replace("return x.new_empty(x.shape)", "return grad_y"))],
         "cpu",
     ),
     Wrong(
         "the backward's fake contiguous and of x's shape, but in float32 (the math dtype)",
         [
             (
-                "    return x.new_empty(x.shape)\n    # END SOLUTION\n\n\ndef register",
-                "    return torch.empty(x.shape, dtype=torch.float32, device=x.device)\n    # END SOLUTION\n\n\ndef register",
+                _BWD,
+                _BWD.replace(
+                    "return x.new_empty(x.shape)", "return torch.empty(x.shape, dtype=torch.float32, device=x.device)"
+                ),
             )
         ],
+        "cpu",
+    ),
+    Wrong(
+        "the backward's fake takes grad_y's layout (torch.empty_like(grad_y)): a transposed grad_y gives transposed "
+        "strides, the kernel a contiguous tensor",
+        [(_BWD, _BWD.replace("return x.new_empty(x.shape)", "return torch.empty_like(grad_y)"))],
+        "cpu",
+    ),
+    Wrong(
+        "the backward's fake checks nothing: it accepts a grad_y that only broadcasts against x, which the kernel "
+        "refuses",
+        [(_SHAPE_CHECK, "")],
+        "cpu",
+    ),
+    Wrong(
+        "the backward's fake returns the shape grad_y and x broadcast to, instead of refusing what is not x's shape",
+        [
+            (_SHAPE_CHECK, ""),
+            (
+                _BWD,
+                _BWD.replace(
+                    "return x.new_empty(x.shape)", "return x.new_empty(torch.broadcast_shapes(grad_y.shape, x.shape))"
+                ),
+            ),
+        ],
+        "cpu",
+    ),
+    Wrong(
+        "the fake calls the op itself on a tensor of x's shape, to learn what it returns (on fake tensors that is "
+        "the fake again)",
+        [(_FWD, "    return torch.ops.course.square(torch.empty(x.shape, dtype=x.dtype, device=x.device))\n")],
         "cpu",
     ),
 ]

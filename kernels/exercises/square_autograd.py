@@ -1,4 +1,4 @@
-"""Exercise 2 of lesson 04: make course::square differentiable, twice, with torch.library.register_autograd.
+"""The exercise of lesson 04b: make course::square differentiable, twice, with torch.library.register_autograd.
 
     torch.library.register_autograd(op, backward, setup_context=setup_context)
       setup_context(ctx, inputs, output)  runs after the op's forward: save what backward needs, tensors with
@@ -8,15 +8,15 @@
 
 Call ops through torch.ops.course, never the pybind module: torch.compile traces the backward too.
 
-Part 1, course::square(x) = x * x. Its derivative is 2 * x, and torch.ops.course.square_backward(grad_y, x)
-computes 2 * x * grad_y (a C++ kernel). About 3 lines.
+Part 1, course::square(x) = x * x. Its derivative is 2 * x; the op course::square_backward, which lesson 04's
+exercise 1 registered, computes 2 * x * grad_y with a C++ kernel. About 3 lines.
 
 Part 2, course::square_backward(grad_y, x) = 2 * x * grad_y is an op too: for a second derivative
 (gradgradcheck, a Hessian-vector product), autograd differentiates it. It has two inputs, so its backward
 returns two gradients, each only when needed: with respect to grad_y, 2 * x * grad_grad_x, and with respect
 to x, 2 * grad_y * grad_grad_x. Both are square_backward again. About 6 lines.
 
-Check your work with the self-check cell in lesson 04; it registers your functions with `register` below.
+Check your work with the self-check cell in lesson 04b; it registers your functions with `register` below.
 """
 
 import torch

@@ -1,7 +1,8 @@
-"""Lesson 04's pieces: the ops kernels/square/square.cpp registers (course::square, course::square_backward), the helpers
-of helpers/library.py (re-run-safe registrations, explain, kernels, calls, the pytorch#80865 demo), Python
-exercises (stubs, modules), and the Triton kernel of kernels/polynomial/polynomial_triton.py (under Triton's interpreter on
-the CPU; as an op on the GPU)."""
+"""Lesson 04's pieces: the ops course::square and course::square_backward (exercise 1's registration,
+kernels/solutions/square_library.h, compiled by kernels/square/square.library.cpp), the wrong registrations its
+self-check must reject without loading them here, the helpers of helpers/library.py (re-run-safe registrations,
+explain, kernels, calls, the pytorch#80865 demo), Python exercises (stubs, modules), and the Triton kernel of
+kernels/polynomial/polynomial_triton.py (under Triton's interpreter on the CPU; as an op on the GPU)."""
 
 import os
 import re
@@ -15,6 +16,7 @@ import pytest
 import torch
 
 from helpers import check, exercises, library, loader
+from helpers.exercises import square_fake, square_library
 from tests.conftest import load_solutions, needs_gpu
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
@@ -26,7 +28,7 @@ def square_ext():
 
 
 # --------------------------------------------------------------------------------------------------
-# course::square and course::square_backward (kernels/square/square.cpp)
+# course::square and course::square_backward (exercise 1's registration of square.cpp's kernels)
 # --------------------------------------------------------------------------------------------------
 
 
@@ -50,11 +52,13 @@ def test_square_ops_match_plain_pytorch_on_odd_and_non_contiguous_inputs(square_
         assert y.is_contiguous() and gx.is_contiguous() and y.shape == x.shape
 
 
-def test_square_ops_run_the_courses_kernels_whatever_lesson_02s_exercise_holds(monkeypatch):
-    """Built with the learner's stubs (kernels/exercises/square.cuh writes nothing), the registered ops still
-    compute x * x: version 2 on the CPU is the course's loop in square.cpp, not the exercise's Part 1."""
+def test_square_ops_run_the_courses_kernels_whatever_lesson_02s_exercise_holds(monkeypatch, tmp_path):
+    """Built with lesson 02's stubs (kernels/exercises/square.cuh writes nothing) and exercise 1's registration,
+    the registered ops still compute x * x: version 2 on the CPU is the course's loop in square.cpp, not the
+    exercise's Part 1."""
     monkeypatch.setenv("COURSE_SOLUTIONS", "0")
-    loader.load("square")
+    (tmp_path / "square_library.h").write_text((exercises.SOLUTIONS / "square_library.h").read_text())
+    loader.load("square", include_dirs=[tmp_path])
     x = torch.randn(100)
     with check.poisoned():
         check.assert_close(torch.ops.course.square(x), x * x)
@@ -67,13 +71,41 @@ def test_square_ops_refuse_bad_arguments_in_the_kernels_words(square_ext):
         torch.ops.course.square_backward(torch.ones(4), torch.ones(3))
 
 
-def test_square_cpp_registers_only_cpu_and_cuda_kernels(square_ext):
-    """The exercises register the fake kernels and autograd; square.cpp must not (or there is nothing to do)."""
+def test_the_square_registration_has_only_cpu_and_cuda_kernels(square_ext):
+    """The later exercises register the fake kernels and autograd; the C++ registration must not (or there is
+    nothing to do)."""
     for name in ("course::square", "course::square_backward"):
         assert torch._C._dispatch_has_kernel_for_dispatch_key(name, "CPU")
-        lines = [line for line in torch._C._dispatch_dump(name).splitlines() if "square.cpp" in line]
+        lines = [line for line in torch._C._dispatch_dump(name).splitlines() if "square_library.h" in line]
         keys = {line.split(":")[0].split(" ")[0] for line in lines}  # "CPU (inactive)": an earlier build's
-        assert keys - {"debug"} <= {"CPU", "CUDA"}, keys
+        assert keys and keys - {"debug", "schema"} <= {"CPU", "CUDA"}, keys
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    square_library.ENDS_THE_PROCESS + [w for w in square_library.WRONG if w.part == "cuda"],
+    ids=lambda w: w.why[:40],
+)
+def test_square_library_rejects_registrations_that_would_end_the_process_without_loading_them(
+    wrong, monkeypatch, tmp_path
+):
+    """Kernels swapped, or a raw m.def, end a process where course::square is defined already (as it is here):
+    the self-check builds and loads such an answer in its child process only, and says why. (And the CPU-only
+    registration, which a CPU build can only read from the file.)"""
+    monkeypatch.setenv("COURSE_SOLUTIONS", "1")
+    (tmp_path / "square_library.h").write_text(exercises.apply_wrong("square_library", wrong))
+    with pytest.raises(AssertionError, match="square_library: not yet"):
+        square_library.check(answer_dir=tmp_path)
+    assert torch.ops.course.square(torch.ones(2)).tolist() == [1.0, 1.0]  # this process is alive and unchanged
+
+
+def test_the_later_exercises_say_exercise_1_comes_first(monkeypatch):
+    """With exercise 1's stub (no registration), the fake kernels' check stops at once with the reason."""
+    monkeypatch.setenv("COURSE_SOLUTIONS", "0")
+    with pytest.raises(
+        AssertionError, match=re.escape("square_fake: not yet: exercise 1 (kernels/exercises/square_library.h)")
+    ):
+        square_fake.check()
 
 
 # --------------------------------------------------------------------------------------------------
