@@ -133,7 +133,7 @@ def main(argv: list[str]) -> int:
         print(f"=== MODE {mode}", flush=True)
         set_up(mode)
         args = [path, "-q", "-p", "no:cacheprovider", "-W", "ignore::UserWarning"]
-        args += ["-rfE"] if mode == "real" else ["-x", "--tb=no", "-rf"]
+        args += ["-rfE"] if mode == "real" else ["-x", "--tb=no", "-rf", "--color=no"]
         rc = int(pytest.main(args))
         print(f"=== RC {mode} {rc}", flush=True)
         if mode == "real" and rc != 0:

@@ -71,6 +71,7 @@ def _shown(path: Path) -> str:
 
 
 def _first_failure(output: str) -> str:
+    output = re.sub(r"\x1b\[[0-9;]*m", "", output)  # pytest colours its output where the terminal may show it
     m = re.search(r"^FAILED (\S+)", output, re.M)
     return m.group(1).split("::", 1)[-1] if m else "a test"
 
