@@ -18,10 +18,10 @@ What the entry must say:
     where nvcc is there to compile it;
   * where `#include "..."` finds what those sources include: your exercise files, and the course's own headers
     (common/checks.h, ...), which the sources name relative to kernels/;
-  * in a CUDA wheel, the macro the glue tests before it launches a kernel (read kernels/square/square.cpp);
+  * in a CUDA wheel, the macro the glue tests before it launches a kernel (kernels/square/ and your glue use it);
   * the flags.
 
-About 9 lines. PYTHON_SIDE (given) is the op's Python side that setup.py ships beside it as course_ops.registrations:
+About 10 lines. PYTHON_SIDE (given) is the op's Python side that setup.py ships beside it as course_ops.registrations:
 lesson 04's fake kernels (which make it traceable, compilable and exportable) and autograd formulas.
 
 Check your work with the self-check cell in lesson 06: it builds the wheel with your entry, installs it into an
