@@ -7,7 +7,7 @@
 //       the glue: check the arguments (a bad one raises an error whose message names it: x or grad_y),
 //       allocate the output, pick the dtype (float32, float64, float16, bfloat16) and call the course's
 //       function for the tensor's device, on PyTorch's current stream for a CUDA tensor;
-//   class SquareFunction : public torch::autograd::Function<SquareFunction>
+//   SquareFunction, a C++ torch::autograd::Function (as part 1's FusedBiasReluFunction)
 //       its forward saves what backward needs and returns y; its backward returns the gradient of each
 //       forward input;
 //   at::Tensor square(const at::Tensor& x)                                  -> y, differentiable;
