@@ -163,6 +163,20 @@ def python_module(name: str, *, solution: bool | None = None, text: str | None =
     return mod
 
 
+def _includers(header: str) -> list[Path]:
+    """The solution files that include `header`, directly or through another solution file."""
+    found: set[str] = {header}
+    files = [f for f in SOLUTIONS.iterdir() if f.is_file() and f.suffix != ".py"]
+    grew = True
+    while grew:
+        grew = False
+        for f in files:
+            if f.name not in found and any(f'"{h}"' in f.read_text() for h in found):
+                found.add(f.name)
+                grew = True
+    return [f for f in files if f.name in found and f.name != header]
+
+
 def build_wrong(name: str, wrong: Wrong, cuda: bool | None = None):
     """The op of exercise `name` built with this wrong answer in place of the solution (the other exercise
     files are the solutions). Returns the loaded extension; for a Python exercise, the wrong file as a module."""
@@ -173,11 +187,12 @@ def build_wrong(name: str, wrong: Wrong, cuda: bool | None = None):
     if path.suffix == ".py":
         return python_module(name, text=apply_wrong(name, wrong))
     with tempfile.TemporaryDirectory(prefix=f"wrong-{name}-") as tmp:
-        # All the solutions beside it: a solution that includes another ("x.cuh") finds the one in its own
-        # folder first, so the wrong file must replace it there, not only come first on the include path.
-        for f in SOLUTIONS.iterdir():
-            if f.is_file():
-                (Path(tmp) / f.name).write_text(f.read_text())
+        # Beside it, the solutions that include it (directly or not): a solution that includes another ("x.cuh")
+        # finds the one in its own folder first, so the wrong file must replace it there, not only come first
+        # on the include path. The others stay where they are, so the files that compile them (another glue
+        # exercise's, with torch's headers) are the cached objects, not compiled again for every wrong answer.
+        for f in _includers(path.name):
+            (Path(tmp) / f.name).write_text(f.read_text())
         (Path(tmp) / path.name).write_text(apply_wrong(name, wrong))
         with _solutions_on():
             return loader.load(mod.OP, include_dirs=[tmp], cuda=cuda)
