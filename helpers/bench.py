@@ -124,8 +124,12 @@ def wall(fn, *, min_run_time: float = 0.2) -> Timing:
     CPU time around the kernels (Python, autograd, launches) that GPU events do not see."""
     import torch.utils.benchmark as tb
 
-    m = tb.Timer(stmt="fn()", globals={"fn": fn}).blocked_autorange(min_run_time=min_run_time)
-    q = torch.tensor(m.times, dtype=torch.float64).quantile(torch.tensor(QUANTILES, dtype=torch.float64))
+    timer = tb.Timer(stmt="fn()", globals={"fn": fn})
+    m = timer.blocked_autorange(min_run_time=min_run_time)
+    times = list(m.times)
+    while len(times) < 5:  # a slow fn fills min_run_time in one block: a spread needs a few
+        times += timer.timeit(m.number_per_run).times
+    q = torch.tensor(times, dtype=torch.float64).quantile(torch.tensor(QUANTILES, dtype=torch.float64))
     return Timing(*(float(v) * 1e3 for v in q))
 
 
