@@ -68,7 +68,9 @@ def _forget_dispatch_caches() -> None:
 
 def first_lines(error: BaseException, n: int = 2, width: int = 200) -> str:
     """`TypeName: first line` and up to n-1 more non-empty lines of the message, each cut at `width`."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [""]
+    # torch's OpCheckError ends with "(scroll up for stack trace)": a caught error has no trace to scroll to
+    text = str(error).replace(" (scroll up for stack trace)", "")
+    lines = [line.strip() for line in text.splitlines() if line.strip()] or [""]
     lines = [line if len(line) <= width else line[: width - 3] + "..." for line in lines[:n]]
     return f"{type(error).__name__}: " + "\n    ".join(lines)
 
