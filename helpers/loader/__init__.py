@@ -64,6 +64,7 @@ from .toolchain import (  # noqa: F401 (the names tests, benchmarks and helpers.
     _nvcc_command,
     _pch_enabled,
     _pch_header,
+    _pch_possible,
     _pch_text,
     _require_toolkit,
     _torch_flags,
@@ -136,18 +137,24 @@ def _unity_enabled() -> bool:
     return (os.cpu_count() or 1) < 4
 
 
+def _glue_exercise(deps: list[Path]) -> bool:
+    """Whether a file with these dependencies (itself first) compiles an exercise header: with torch's headers,
+    that is a glue exercise's own file (kernels/OP/OP.NAME.cpp)."""
+    solutions = KERNELS / "solutions"
+    exercises = {f.name for f in solutions.iterdir()} if solutions.is_dir() else set()
+    return any(d.name in exercises for d in deps[1:])
+
+
 def _unify(name: str, cpp: list[Path], includes: list[Path], build_dir: Path) -> list[Path]:
     """`cpp`, with its files that include torch headers replaced by one generated file that includes them all
     (a "unity build") where _unity_enabled() and there are several; the torch-free ones (an exercise's) and
     a glue exercise's own file stay apart, so an exercise edit still recompiles only them."""
-    solutions = KERNELS / "solutions"
-    exercises = {f.name for f in solutions.iterdir()} if solutions.is_dir() else set()
     torch_files = []
     for s in cpp:
         deps = _local_deps(s.resolve(), includes)
         # A glue exercise's file (kernels/OP/OP.NAME.cpp that includes the learner's header) compiles alone,
         # so that the learner's edit recompiles that small file, not the whole glue.
-        if _includes_torch(deps) and not any(d.name in exercises for d in deps[1:]):
+        if _includes_torch(deps) and not _glue_exercise(deps):
             torch_files.append(s)
     if len(torch_files) < 2 or not _unity_enabled():
         return cpp
@@ -201,8 +208,13 @@ def load(
     (build_dir / "obj").mkdir(parents=True, exist_ok=True)
     cpp = _unify(name, cpp, includes, build_dir)
     torch_flags = _torch_flags(cuda, list(extra_cflags), debug) if cpp else []
-    # The precompiled torch headers: one for files that bind a Python module, one for those that do not.
-    pchs = {b: _pch_header(torch_flags, b) for b in (False, True)} if cpp and _pch_enabled() else {}
+    # The precompiled torch headers: one for files that bind a Python module, one for those that do not. Every
+    # file with torch headers uses them where _pch_enabled(); elsewhere (fewer than 4 cores) a glue exercise's
+    # file still does, since it is what the learner recompiles after each edit (square.glue.cpp on 2 cores:
+    # about 51 s without, 14 s with; the precompile costs about a minute once per machine).
+    pch_all = bool(cpp) and _pch_enabled()
+    glue = {s for s in cpp if _glue_exercise(_local_deps(s.resolve(), includes))}
+    pchs = {b: _pch_header(torch_flags, b) for b in (False, True)} if pch_all or (glue and _pch_possible()) else {}
     use_pch = {b: ["-Winvalid-pch", "-include", str(h)] for b, h in pchs.items()}
     for group, (cmd, ident) in (
         (cpp, _cpp_command(name, cuda, includes, list(extra_cflags), debug)),
@@ -213,7 +225,8 @@ def load(
     ):
         for s in group:
             deps = _local_deps(s.resolve(), includes)
-            c = [*cmd, *use_pch[_binds_python(deps)]] if pchs and s.suffix != ".cu" and _includes_torch(deps) else cmd
+            pch = pchs and s.suffix != ".cu" and _includes_torch(deps) and (pch_all or s in glue)
+            c = [*cmd, *use_pch[_binds_python(deps)]] if pch else cmd
             # The include folders are left out of the key: the course headers they resolved to (path and
             # content) are in it. So the torch glue, which includes no exercise header, is one object for the
             # stubs, the solutions and every wrong answer a test builds.

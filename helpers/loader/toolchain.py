@@ -234,16 +234,24 @@ def _binds_python(deps: list[Path]) -> bool:
     return any(_BINDING_INCLUDE.search(d.read_text(errors="replace")) for d in deps)
 
 
-def _pch_enabled() -> bool:
-    """g++ only (clang reads a different format). By default only with 4 or more cores: building it costs about
-    30 CPU s beside the first op's compiles, which 16 cores absorb (a further op's first build 24 s with it, 39 s
-    without, on a 16-core H100 host) but 2 cores do not (Colab's: the first op 43 s with it, 22 s without,
-    later ops no faster). COURSE_PCH=1 or 0 forces it on or off."""
-    choice = os.environ.get("COURSE_PCH", "").lower()
-    if choice in ("0", "false", "no") or (not choice and (os.cpu_count() or 1) < 4):
+def _pch_possible() -> bool:
+    """g++ (clang reads a different format), and not turned off with COURSE_PCH=0."""
+    if os.environ.get("COURSE_PCH", "").lower() in ("0", "false", "no"):
         return False
     ident = _compiler_id(_cxx()).lower()
     return ident not in ("missing", "unknown") and "clang" not in ident
+
+
+def _pch_enabled() -> bool:
+    """For every file with torch headers. By default only with 4 or more cores: building it costs about 30 CPU s
+    beside the first op's compiles, which 16 cores absorb (a further op's first build 24 s with it, 39 s
+    without, on a 16-core H100 host) but 2 cores do not (Colab's: the first op 43 s with it, 22 s without,
+    later ops no faster). COURSE_PCH=1 or 0 forces it on or off. A glue exercise's file gets it wherever it is
+    possible (see load): it is the file a learner recompiles again and again."""
+    choice = os.environ.get("COURSE_PCH", "").lower()
+    if not choice and (os.cpu_count() or 1) < 4:
+        return False
+    return _pch_possible()
 
 
 def _pch_text(binding: bool) -> str:

@@ -297,6 +297,21 @@ def test_the_pch_is_on_by_default_only_with_four_cores(monkeypatch):
     assert loader._pch_enabled()
 
 
+@needs_gcc
+def test_a_glue_exercises_file_gets_the_pch_with_few_cores_too(monkeypatch):
+    """The file a glue exercise's edit recompiles (square.library.cpp: the learner's registration) is compiled
+    alone and with the precompiled torch header on any machine where it can be built; the op's other glue
+    (square.cpp) only where the PCH is on for every file."""
+    monkeypatch.delenv("COURSE_PCH", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    includes = loader._include_dirs([])
+    deps = {s.name: loader._local_deps(s.resolve(), includes) for s in loader.sources_for("square")}
+    assert loader._glue_exercise(deps["square.library.cpp"]) and not loader._glue_exercise(deps["square.cpp"])
+    assert loader._pch_possible() and not loader._pch_enabled()
+    monkeypatch.setenv("COURSE_PCH", "0")
+    assert not loader._pch_possible()
+
+
 SHOWN = """\
 // toy.cpp: binds the module.
 #include <torch/csrc/utils/pybind.h>  // PYBIND11_MODULE: this file binds the module
