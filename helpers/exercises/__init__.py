@@ -8,8 +8,12 @@ helpers/exercises/<name>.py holds, for kernels/solutions/<name>.*:
         # only `device` if given), on cases drawn afresh each run (selfcheck.run)
     WRONG = [Wrong(...), ...]          # mistakes learners really make; tests prove check() rejects each
 
-An exercise header is compiled only by the op's torch-free parts (kernels/OP/OP.exercises.cpp / .cu), never by
-kernels/OP/OP.cpp, so an edit to it rebuilds in seconds (tests/infrastructure/test_style.py checks that).
+A kernel exercise's header is compiled only by the op's torch-free parts (kernels/OP/OP.exercises.cpp / .cu), never
+by kernels/OP/OP.cpp, so an edit to it rebuilds in about a second. A glue exercise (square_glue.h: glue,
+autograd and binding; square_library.h: a registration) has torch's headers by nature: a file of its own
+compiles it and nothing else of the op (kernels/square/square.glue.cpp, square.library.cpp), with the
+precompiled torch header, so an edit rebuilds that one file in seconds (tests/infrastructure/test_style.py
+checks both shapes).
 
 In a solution file the answer sits between `// BEGIN SOLUTION` and `// END SOLUTION`; the learner's
 copy replaces it with a TODO line, which compiles and leaves the output unwritten (the self-checks

@@ -53,9 +53,9 @@ def test_square_ops_match_plain_pytorch_on_odd_and_non_contiguous_inputs(square_
 
 
 def test_square_ops_run_the_courses_kernels_whatever_lesson_02s_exercise_holds(monkeypatch, tmp_path):
-    """Built with lesson 02's stubs (kernels/exercises/square.cuh writes nothing) and exercise 1's registration,
-    the registered ops still compute x * x: version 2 on the CPU is the course's loop in square.cpp, not the
-    exercise's Part 1."""
+    """Built with lesson 02b's stub (kernels/exercises/square_glue.h: no glue, no binding) and exercise 1's
+    registration, the registered ops still compute x * x: their kernels are the course's, in square.cpp and
+    square.cu, not the learner's glue."""
     monkeypatch.setenv("COURSE_SOLUTIONS", "0")
     (tmp_path / "square_library.h").write_text((exercises.SOLUTIONS / "square_library.h").read_text())
     loader.load("square", include_dirs=[tmp_path])
