@@ -17,7 +17,9 @@ CUDA_OPS = [name for name in loader.op_names() if any((env.KERNELS / name).glob(
 def test_cuda_source_compiles_for_all_archs(name, solutions, monkeypatch):
     monkeypatch.setenv("COURSE_SOLUTIONS", solutions)
     module = loader.load(name, cuda=True, archs=ARCHS, extra_cuda_cflags=CHECK_ONLY)
-    assert callable(getattr(module, "forward", None)), f"{name} has no forward()"
+    # With the stubs, an op whose binding is itself an exercise (square: lesson 02b's glue) binds nothing yet.
+    if solutions == "1" or not (env.KERNELS / "solutions" / f"{name}_glue.h").exists():
+        assert callable(getattr(module, "forward", None)), f"{name} has no forward()"
 
 
 def test_toolkit_matches_torch():
