@@ -4,7 +4,8 @@ loaded under other module names) against this checkout's ("after"), at every poi
 float32 and bfloat16, for LayerNorm, RMSNorm, add + RMSNorm, add + LayerNorm and RMSNorm + dropout, forward
 and backward. For checking that a change of the code's shape left the speed alone.
 
-    python -m benchmarks.norm_ab --before /path/to/other/kernels [--out DIR] [--quick]
+    python -m benchmarks.norm_ab --before /path/to/other/kernels [--out DIR] [--quick] [--ops add_norm]
+        [--private] [--after-first]     (with python -X faulthandler: where a load crashes)
 
 Each point: the two sides timed in turn, three rounds (triton's do_bench each: CUDA events, L2 flushed),
 medians; printed as after / before time (1.00: the same; > 1: after is slower). Directions reached through
@@ -158,13 +159,22 @@ def measure(sides: dict, quick: bool, rounds: int = 3, rep_ms: int = 50) -> list
 
 
 def main(argv=None) -> list[dict]:
+    global OPS
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--before", type=Path, required=True, help="another checkout's kernels/ folder")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--quick", action="store_true", help="M N = 2^24 and the small batches only")
     ap.add_argument("--private", action="store_true", help="build the before side with -fno-gnu-unique")
+    ap.add_argument("--ops", default=",".join(OPS), help="a comma-separated subset of " + ", ".join(OPS))
+    ap.add_argument("--after-first", action="store_true", help="load this checkout's ops before the other's")
     args = ap.parse_args(argv)
+    ops = tuple(op for op in args.ops.split(",") if op)
+    # the ops they call through the dispatcher come along (norm_dropout's backward: rmsnorm's)
+    OPS = tuple(dict.fromkeys(u for op in ops for u in (*USES.get(op, ()), op) if u != "dropout"))
     env.bootstrap(solutions=True, quiet=True)
+    if args.after_first:  # to tell a load-order effect from a clash between the two trees
+        for op in ("dropout", *OPS):
+            loader.load(op)
     sides = load_sides(args.before.resolve(), args.private)
     rows = measure(sides, args.quick)
     worst = sorted(rows, key=lambda r: abs(r["ratio"] - 1), reverse=True)
