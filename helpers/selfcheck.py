@@ -65,6 +65,77 @@ def shapes(seed: int = 0, random_cases: int = 4) -> list[tuple[int, ...]]:
     return out
 
 
+class Verdicts:
+    """The check of a Python exercise, one case after another: whatever the learner's code raises is a verdict,
+    not a crash. `cases` counts what passed (the check adds to it)."""
+
+    def __init__(self, name: str, file: str, hint: str, seed: int):
+        self.name, self.file, self.hint, self.seed, self.cases = name, file, hint, seed, 0
+
+    def fail(self, where: str, message: str, why: str = "") -> None:
+        fail(self.name, where, message, hint=self.hint, seed=self.seed, why=why)
+
+    def run(self, where: str, fn, why: str = ""):
+        """fn() runs the learner's code and returns what it returns."""
+        from . import library
+
+        try:
+            return fn()
+        except Exception as e:
+            if isinstance(e, NotImplementedError) and "exercise" in str(e):
+                self.fail(where, f"a function in {self.file} is not written yet (it raises NotImplementedError)", why)
+            self.fail(where, f"raised {library.first_lines(e, 3)}", why)
+
+    def close(self, got, want, name: str, where: str, why: str = "", **tolerances) -> None:
+        try:
+            check.assert_close(got, want, name=name, **tolerances)
+        except AssertionError as e:
+            self.fail(where, str(e), why)
+
+
+@dataclasses.dataclass
+class Guarded:
+    """A tensor as a view inside a larger buffer, `pad` elements of `fill` on each side (see `guarded`)."""
+
+    view: torch.Tensor
+    buffer: torch.Tensor
+    pad: int
+    fill: float
+
+    def changed(self) -> tuple[int, int]:
+        """How many guard elements before and after the view no longer hold `fill`."""
+        n = self.view.numel()
+
+        def count(part: torch.Tensor) -> int:
+            same = part.isnan() if self.fill != self.fill else part == self.fill
+            return int((~same).sum())
+
+        return count(self.buffer[: self.pad]), count(self.buffer[self.pad + n :])
+
+    def outside(self, what: str) -> str | None:
+        """None if the guard is intact, else a sentence for a failed case: where `what` was written past."""
+        before, after = self.changed()
+        if not (before or after):
+            return None
+        return (
+            f"wrote outside {what}: {after} element(s) after its end and {before} before its start changed "
+            f"({what} sits inside a larger buffer here). In a kernel, the last block of threads runs partly past "
+            "the end: its threads must not write."
+        )
+
+
+def guarded(t: torch.Tensor, pad: int, fill: float) -> Guarded:
+    """t's values in a view with `pad` elements of `fill` before and after it. For an input, a kernel that reads
+    past an end reads the fill (NaN, or a value that changes the result: it shows) and never memory nobody owns;
+    for an output (t NaN-filled: an element never written stays NaN), a write past an end changes the guard,
+    which `.changed()` / `.outside()` tell. A tensor the op allocates itself cannot be checked so: hence the
+    exercises' entry points that take their output (`forward_out`, `bias_grad_into`, `grad_x=`)."""
+    flat = t.reshape(-1)
+    buf = torch.full((flat.numel() + 2 * pad,), fill, dtype=t.dtype, device=t.device)
+    buf[pad : pad + flat.numel()] = flat
+    return Guarded(buf[pad : pad + flat.numel()].view(t.shape), buf, pad, fill)
+
+
 def passed(name: str) -> bool:
     """Whether the self-check `name` passed in this session (cells that time your kernel ask this)."""
     return _results.get(name, False)

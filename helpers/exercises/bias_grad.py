@@ -44,10 +44,7 @@ def _in_guard(t: torch.Tensor, fill: float) -> torch.Tensor:
     """t as a view into a larger buffer whose other elements are `fill`, each side: a whole tile of 256 rows
     (a tile that runs on past the end reads only guard), or one row for very wide tensors; plus 64 elements."""
     cols = t.shape[-1]
-    pad = cols * (256 if cols * 256 <= 1 << 22 else 1) + 64
-    buf = torch.full((t.numel() + 2 * pad,), fill, dtype=t.dtype, device=t.device)
-    buf[pad : pad + t.numel()] = t.reshape(-1)
-    return buf[pad : pad + t.numel()].view(t.shape)
+    return selfcheck.guarded(t, cols * (256 if cols * 256 <= 1 << 22 else 1) + 64, fill).view
 
 
 def _guarded(grad_y: torch.Tensor, y: torch.Tensor):
@@ -163,25 +160,17 @@ def _call(ext, title: str, seed: int):
 
     def yours(grad_y, y):
         cols = grad_y.shape[-1]
-        pad = 256
-        buf = torch.full((cols + 2 * pad,), SENTINEL, dtype=grad_y.dtype, device=grad_y.device)
-        out = buf[pad : pad + cols]
-        out.fill_(float("nan"))
-        ext.bias_grad_into(grad_y, y, out, VERSION)
-        guard = torch.cat([buf[:pad], buf[pad + cols :]])
-        if not bool((guard == SENTINEL).all()):
+        out = selfcheck.guarded(
+            torch.full((cols,), float("nan"), dtype=grad_y.dtype, device=grad_y.device), 256, SENTINEL
+        )
+        ext.bias_grad_into(grad_y, y, out.view, VERSION)
+        outside = out.outside("grad_bias")
+        if outside:
             where = f"Case {'x'.join(map(str, grad_y.shape))} {str(grad_y.dtype).replace('torch.', '')}"
-            first = int((guard != SENTINEL).nonzero()[0])
-            at = f"grad_bias[{first - pad}]" if first < pad else f"grad_bias[{cols + first - pad}]"
             selfcheck.fail(
-                title,
-                where,
-                f"wrote outside grad_bias (its {cols} elements sit in a larger buffer): {at} changed. A thread past "
-                "the last column (or before the first) must not write.",
-                hint=_hint(grad_y.device),
-                seed=seed,
+                title, where, outside + " (here: no thread past the last column)", hint=_hint(grad_y.device), seed=seed
             )
-        return out
+        return out.view
 
     return yours
 

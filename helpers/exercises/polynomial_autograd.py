@@ -16,7 +16,6 @@ from __future__ import annotations
 import torch
 from torch.autograd.gradcheck import GradcheckError
 
-from .. import check as _check
 from .. import library, loader, selfcheck
 from . import Wrong, python_module
 
@@ -61,29 +60,6 @@ def _expected(x: torch.Tensor, c: torch.Tensor, gy: torch.Tensor):
     return y.to(x.dtype), gx.to(x.dtype), gc
 
 
-class _Check:
-    def __init__(self, seed: int):
-        self.seed, self.cases = seed, 0
-
-    def fail(self, where: str, message: str, why: str = "") -> None:
-        selfcheck.fail(NAME, where, message, hint=HINT, seed=self.seed, why=why)
-
-    def run(self, where: str, fn, why: str = ""):
-        """fn() runs your code: whatever it raises is a verdict, not a crash."""
-        try:
-            return fn()
-        except Exception as e:
-            if isinstance(e, NotImplementedError) and "exercise" in str(e):
-                self.fail(where, f"a function in {FILE} is not written yet (it raises NotImplementedError)", why)
-            self.fail(where, f"raised {library.first_lines(e, 3)}", why)
-
-    def close(self, got, want, name: str, where: str, **tol) -> None:
-        try:
-            _check.assert_close(got, want, name=name, **tol)
-        except AssertionError as e:
-            self.fail(where, str(e))
-
-
 def _where(part: str, x: torch.Tensor) -> str:
     return f"{part}, x of shape {list(x.shape)}, {str(x.dtype)[6:]} on {x.device}"
 
@@ -109,7 +85,7 @@ def _draw(shape, dtype, dev, g):
     return x, c, gy.to(device=dev, dtype=dtype)
 
 
-def _saved(c: _Check, where: str, packed: list, x, coeffs, y) -> None:
+def _saved(c: selfcheck.Verdicts, where: str, packed: list, x, coeffs, y) -> None:
     why = "that forward saves what backward needs, with ctx.save_for_backward, and no more (it stays in memory)"
     names = ["y (the output)" if _same(t, y) else "x" if _same(t, x) else "coeffs" if _same(t, coeffs) else
              f"a tensor of shape {list(t.shape)}" for t in packed]  # fmt: skip
@@ -135,7 +111,7 @@ def _sum_tolerance(x: torch.Tensor) -> dict:
     return {} if x.dtype == torch.float64 else dict(rtol=1e-4, atol=1e-5 * (x.numel() + 1))
 
 
-def _values_and_gradients(c: _Check, mine, ext, x, coeffs, gy) -> None:
+def _values_and_gradients(c: selfcheck.Verdicts, mine, ext, x, coeffs, gy) -> None:
     where = _where(PART1, x)
     counting = _Counting(ext)
     xr, cr = x.detach().clone().requires_grad_(), coeffs.detach().clone().requires_grad_()
@@ -165,7 +141,7 @@ def _values_and_gradients(c: _Check, mine, ext, x, coeffs, gy) -> None:
     c.cases += 1
 
 
-def _only_what_is_needed(c: _Check, mine, ext, x, coeffs, gy) -> None:
+def _only_what_is_needed(c: selfcheck.Verdicts, mine, ext, x, coeffs, gy) -> None:
     """Your backward called directly (its ctx is y.grad_fn), once with only x and once with only coeffs requiring
     grad: what it returns in each position, and what it asked of the kernel."""
     why = (
@@ -234,7 +210,7 @@ class _WrongGradD(_Given):
         return grad_x, grad_coeffs, None
 
 
-def _gradcheck_part(c: _Check, mine, ext, dev) -> None:
+def _gradcheck_part(c: selfcheck.Verdicts, mine, ext, dev) -> None:
     where = f"{PART2} on {dev}"
     why = "that your gradcheck passes a correct backward and fails a wrong one"
 
@@ -289,7 +265,7 @@ def check(device=None, ext=None, seed=None) -> int:
     kernels = loader.load(OP)
     seed = selfcheck.new_seed(seed)
     g = torch.Generator().manual_seed(seed)
-    c = _Check(seed)
+    c = selfcheck.Verdicts(NAME, FILE, HINT, seed)
     with selfcheck.exercise(NAME):
         try:
             mine = ext or python_module(NAME)

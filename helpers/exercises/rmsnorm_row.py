@@ -93,14 +93,6 @@ def cancelling_inputs(shape, dtype, device, g=None):
     return grad_y.to(device), x.contiguous().to(device), weight.to(device), _rstd(x, eps).to(device), eps
 
 
-def _padded(t, pad: int, value: float = 1.0):
-    """t's values in a buffer `pad` elements longer (filled with `value`): a kernel that reads past t's end
-    reads those, not memory nobody owns."""
-    buf = torch.full((t.numel() + pad,), value, dtype=t.dtype, device=t.device)
-    buf[: t.numel()] = t.reshape(-1)
-    return buf[: t.numel()].view(t.shape)
-
-
 def _shapes(seed: int) -> list[tuple[int, ...]]:
     """Awkward row lengths (1, 3, 31, 33, 257, 1025, 1151, 4097, 65539: not multiples of 32), row counts that
     leave the last block of 8 warps partly empty, and the random shapes selfcheck draws from the seed."""
@@ -192,25 +184,15 @@ def _guarded(ext, title: str, hint: str, seed: int):
     if the guard changed."""
 
     def yours(grad_y, x, weight, rstd, eps):
-        n, numel = x.shape[-1], x.numel()
-        pad = 8 * n + 64
-        gy_p, x_p, rstd_p = _padded(grad_y, pad), _padded(x, pad), _padded(rstd, pad)
-        buf = torch.full((pad + numel + pad,), SENTINEL, dtype=x.dtype, device=x.device)
-        out = buf[pad : pad + numel].view(x.shape)
-        out.fill_(float("nan"))  # an element never written stays NaN
-        got = ext.backward(gy_p, x_p, rstd_p, weight, out)
-        guard = torch.full((pad,), SENTINEL, dtype=x.dtype, device=x.device)
-        before, after = (~(buf[:pad] == guard)).sum().item(), (~(buf[pad + numel :] == guard)).sum().item()
-        if before or after:
-            selfcheck.fail(
-                title,
-                f"Case {'x'.join(map(str, x.shape))} {str(x.dtype)[6:]} on {x.device}",
-                f"wrote outside grad_x: {after} element(s) after its end and {before} before its start changed "
-                "(grad_x is checked inside a larger buffer). A row has n elements (j < n), and the warps of the "
-                "last block past row M - 1 must not write anything.",
-                hint=hint,
-                seed=seed,
-            )
+        pad = 8 * x.shape[-1] + 64
+        gy_p, x_p, rstd_p = (selfcheck.guarded(t, pad, 1.0).view for t in (grad_y, x, rstd))
+        out = selfcheck.guarded(torch.full_like(x, float("nan")), pad, SENTINEL)  # never written: stays NaN
+        got = ext.backward(gy_p, x_p, rstd_p, weight, out.view)
+        outside = out.outside("grad_x")
+        if outside:
+            where = f"Case {'x'.join(map(str, x.shape))} {str(x.dtype)[6:]} on {x.device}"
+            more = " A row has n elements (j < n), and the warps of the last block past row M - 1 write nothing."
+            selfcheck.fail(title, where, outside + more, hint=hint, seed=seed)
         return got
 
     return yours

@@ -46,34 +46,11 @@ def _given_fakes() -> None:
         python_module(square_fake.NAME, solution=True).register(library.fresh(square_fake.LIB))
 
 
-class _Check:
-    def __init__(self, seed: int):
-        self.seed, self.cases = seed, 0
-
-    def fail(self, where: str, message: str, why: str = "") -> None:
-        selfcheck.fail(NAME, where, message, hint=HINT, seed=self.seed, why=why)
-
-    def run(self, where: str, fn, why: str = ""):
-        """fn() runs your autograd functions: whatever they raise is a verdict, not a crash."""
-        try:
-            return fn()
-        except Exception as e:
-            if isinstance(e, NotImplementedError) and "exercise" in str(e):
-                self.fail(where, f"a function in {FILE} is not written yet (it raises NotImplementedError)", why)
-            self.fail(where, f"raised {library.first_lines(e, 3)}", why)
-
-    def close(self, got, want, name: str, where: str, why: str = "") -> None:
-        try:
-            _check.assert_close(got, want, name=name)
-        except AssertionError as e:
-            self.fail(where, str(e), why)
-
-
 def _where(part: str, x: torch.Tensor) -> str:
     return f"{part}, x of shape {list(x.shape)}, {str(x.dtype)[6:]} on {x.device}"
 
 
-def _first_derivative(c: _Check, x: torch.Tensor, gy: torch.Tensor) -> None:
+def _first_derivative(c: selfcheck.Verdicts, x: torch.Tensor, gy: torch.Tensor) -> None:
     where = _where(PART1, x)
 
     def run():
@@ -98,7 +75,7 @@ def _first_derivative(c: _Check, x: torch.Tensor, gy: torch.Tensor) -> None:
     c.cases += 1
 
 
-def _second_derivative(c: _Check, x: torch.Tensor, gy: torch.Tensor, u: torch.Tensor) -> None:
+def _second_derivative(c: selfcheck.Verdicts, x: torch.Tensor, gy: torch.Tensor, u: torch.Tensor) -> None:
     """grad_x = square_backward(gy, x), built with create_graph=True, differentiated again with respect to gy and x."""
     where = _where(PART2, x)
 
@@ -115,7 +92,7 @@ def _second_derivative(c: _Check, x: torch.Tensor, gy: torch.Tensor, u: torch.Te
     c.cases += 1
 
 
-def _only_what_is_needed(c: _Check, x: torch.Tensor, gy: torch.Tensor, u: torch.Tensor) -> None:
+def _only_what_is_needed(c: selfcheck.Verdicts, x: torch.Tensor, gy: torch.Tensor, u: torch.Tensor) -> None:
     """square_backward(grad_y, x) called with only one input requiring grad: its backward runs square_backward once."""
     why = (
         "that backward computes only the gradients autograd needs: ctx.needs_input_grad[i] is False for an input "
@@ -147,7 +124,7 @@ def _only_what_is_needed(c: _Check, x: torch.Tensor, gy: torch.Tensor, u: torch.
         c.cases += 1
 
 
-def _saved_properly(c: _Check, x: torch.Tensor, gy: torch.Tensor) -> None:
+def _saved_properly(c: selfcheck.Verdicts, x: torch.Tensor, gy: torch.Tensor) -> None:
     why = (
         "that tensors are saved with ctx.save_for_backward: then autograd notices when an input is changed in place "
         "between forward and backward, and refuses, instead of computing the gradient from the new values"
@@ -187,7 +164,7 @@ def check(device=None, ext=None, seed=None) -> int:
     kernels/exercises/square_autograd.py, or the solution with COURSE_SOLUTIONS=1)."""
     seed = selfcheck.new_seed(seed)
     g = torch.Generator().manual_seed(seed)
-    c = _Check(seed)
+    c = selfcheck.Verdicts(NAME, FILE, HINT, seed)
     with selfcheck.exercise(NAME):
         # course::square and course::square_backward: exercise 1's registration (the solution's when a test passes
         # a wrong answer to this exercise, as build_wrong builds the other exercises).

@@ -85,3 +85,18 @@ def test_gradcheck_accepts_correct_and_rejects_wrong_gradient():
 def test_gradcheck_needs_an_input_requiring_grad():
     with pytest.raises(ValueError, match="requires_grad"):
         check.gradcheck(lambda t: t, torch.randn(3))
+
+
+def test_guarded_counts_writes_past_either_end_of_the_view():
+    import torch
+
+    from helpers import selfcheck
+
+    for fill in (1234.0, float("nan")):
+        g = selfcheck.guarded(torch.full((3, 5), float("nan")), 8, fill)
+        assert g.view.shape == (3, 5) and g.changed() == (0, 0) and g.outside("y") is None
+        g.view.fill_(1.0)  # writes inside the view leave the guard alone
+        assert g.changed() == (0, 0)
+        g.buffer[8 + 15 : 8 + 17] = 7.0  # two past the end
+        g.buffer[0] = 7.0  # one before the start
+        assert g.changed() == (1, 2) and "2 element(s) after its end and 1 before" in g.outside("y")
