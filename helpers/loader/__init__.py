@@ -138,11 +138,11 @@ def _unity_enabled() -> bool:
 
 
 def _glue_exercise(deps: list[Path]) -> bool:
-    """Whether a file with these dependencies (itself first) compiles an exercise header: with torch's headers,
-    that is a glue exercise's own file (kernels/OP/OP.NAME.cpp)."""
+    """Whether a file with these dependencies (itself first) is a glue exercise's own file (kernels/OP/OP.NAME.cpp):
+    torch's headers and an exercise header. (A kernel exercise's header is compiled by torch-free files.)"""
     solutions = KERNELS / "solutions"
     exercises = {f.name for f in solutions.iterdir()} if solutions.is_dir() else set()
-    return any(d.name in exercises for d in deps[1:])
+    return _includes_torch(deps) and any(d.name in exercises for d in deps[1:])
 
 
 def _unify(name: str, cpp: list[Path], includes: list[Path], build_dir: Path) -> list[Path]:
