@@ -6,6 +6,7 @@ and backward. For checking that a change of the code's shape left the speed alon
 
     python -m benchmarks.norm_ab --before /path/to/other/kernels [--out DIR] [--quick] [--ops add_norm]
         [--private] [--after-first]     (with python -X faulthandler: where a load crashes)
+        [--separate]                    (each side in processes of its own, taking turns)
 
 Each point: the two sides timed in turn, three rounds (triton's do_bench each: CUDA events, L2 flushed),
 medians; printed as after / before time (1.00: the same; > 1: after is slower). Directions reached through
@@ -41,6 +42,18 @@ def before_sources(root: Path, name: str) -> list[Path]:
     return [root / f"{name}.cpp", root / f"{name}.cu"] + sorted(
         p for ext in ("cpp", "cu") for p in root.glob(f"{name}.*.{ext}")
     )
+
+
+def load_side(before: Path, side: str) -> dict:
+    """{op: (module, .so)} of one side only (--separate: the other side is in another process)."""
+    mods = {}
+    for op in ("dropout", *OPS):
+        if side == "before":
+            mod = loader.load(f"{op}_before", before_sources(before, op), include_dirs=[before / "solutions", before])
+        else:
+            mod = loader.load(op)
+        mods[op] = (mod, loader.last_build.path)
+    return mods
 
 
 def load_sides(before: Path, private: bool = False) -> dict[str, dict]:
@@ -158,6 +171,40 @@ def measure(sides: dict, quick: bool, rounds: int = 3, rep_ms: int = 50) -> list
     return rows
 
 
+def measure_one(mods: dict, quick: bool, rep_ms: int = 50) -> dict[str, float]:
+    """One side alone in this process (its registrations are the only ones): {"what|shape|dtype": ms}."""
+    times = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        for m, n in points(quick):
+            makers = cases(m, n, dtype)
+            for op in OPS:
+                for what, fn in makers[op](mods[op][0]).items():
+                    key = f"{what.rstrip('*')}|{m}x{n}|{str(dtype).replace('torch.', '')}"
+                    times[key] = bench.time(fn, rep_ms=rep_ms).ms
+    return times
+
+
+def measure_separate(argv: list[str], rounds: int = 3) -> list[dict]:
+    """The two sides in turns of one process each (before, after, after, before, ...): for a pair of trees
+    that cannot share a process. Medians over the rounds, as measure()'s."""
+    import subprocess
+    import sys
+
+    times = {"before": [], "after": []}
+    for i in range(rounds):
+        for side in ("before", "after") if i % 2 == 0 else ("after", "before"):
+            cmd = [sys.executable, "-m", "benchmarks.norm_ab", *argv, "--side", side]
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+            times[side].append(json.loads(out.strip().splitlines()[-1]))
+            print(f"  round {i + 1} {side}", flush=True)
+    rows = []
+    for key in times["after"][0]:
+        what, shape, dtype = key.split("|")
+        before, after = (statistics.median(t[key] for t in times[s]) for s in ("before", "after"))
+        rows.append(dict(what=what, shape=shape, dtype=dtype, before_ms=before, after_ms=after, ratio=after / before))
+    return rows
+
+
 def main(argv=None) -> list[dict]:
     global OPS
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -167,16 +214,29 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--private", action="store_true", help="build the before side with -fno-gnu-unique")
     ap.add_argument("--ops", default=",".join(OPS), help="a comma-separated subset of " + ", ".join(OPS))
     ap.add_argument("--after-first", action="store_true", help="load this checkout's ops before the other's")
+    ap.add_argument("--separate", action="store_true", help="each side in processes of its own, taking turns")
+    ap.add_argument("--side", choices=("before", "after"), help=argparse.SUPPRESS)  # internal: one side, JSON
     args = ap.parse_args(argv)
     ops = tuple(op for op in args.ops.split(",") if op)
     # the ops they call through the dispatcher come along (norm_dropout's backward: rmsnorm's)
     OPS = tuple(dict.fromkeys(u for op in ops for u in (*USES.get(op, ()), op) if u != "dropout"))
     env.bootstrap(solutions=True, quiet=True)
+    if args.side:
+        print(json.dumps(measure_one(load_side(args.before.resolve(), args.side), args.quick)))
+        return []
+    if args.separate:
+        passed = ["--before", str(args.before.resolve()), "--ops", args.ops] + (["--quick"] if args.quick else [])
+        rows = measure_separate(passed)
+        return report(rows, args)
     if args.after_first:  # to tell a load-order effect from a clash between the two trees
         for op in ("dropout", *OPS):
             loader.load(op)
     sides = load_sides(args.before.resolve(), args.private)
     rows = measure(sides, args.quick)
+    return report(rows, args)
+
+
+def report(rows: list[dict], args) -> list[dict]:
     worst = sorted(rows, key=lambda r: abs(r["ratio"] - 1), reverse=True)
     outside = [r for r in rows if abs(r["ratio"] - 1) > 0.02]
     print(
