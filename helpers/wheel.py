@@ -191,6 +191,59 @@ def run_fresh(site: str | Path, program: str, *args: str, hide_gpu: bool = False
         return _run(cmd, "the fresh process", env=_fresh_env(site, hide_gpu), cwd=Path(cwd))
 
 
+_RUN_AOTI = r"""
+import faulthandler, sys
+faulthandler.enable()  # a crash prints the Python line it happened under
+import torch
+if sys.argv[3] == "course_ops":
+    import course_ops  # the package calls course::polynomial through the dispatcher: register it first
+print("phase: loading the package", flush=True)
+runner = torch._inductor.aoti_load_package(sys.argv[1])
+print("phase: running it", flush=True)
+torch.save(runner(torch.load(sys.argv[2])), sys.argv[2] + ".aoti")
+print("ran it", flush=True)
+"""
+
+
+@dataclasses.dataclass
+class AotiRun:
+    ok: bool  # the fresh process ran the package and saved its output beside the input (INPUT.aoti)
+    summary: str  # one line: "ran it", or how it failed
+
+
+def run_aoti(site: str | Path, package: str | Path, inputs: str | Path, control=None) -> AotiRun:
+    """Load an AOTInductor package and run it on the tensor saved at `inputs`, in a new process that imports
+    course_ops from `site` first. A process that dies by a signal (the runtime crashed) is reported, not
+    raised: where `control` is given (a function returning the path of a package of a model without the
+    course's ops), that package is run the same way, so the summary says whether the crash comes with the
+    custom op or with AOTInductor's runtime on this machine."""
+    env = _fresh_env(Path(site).resolve(), hide_gpu=False)
+    cmd = [sys.executable, "-c", _RUN_AOTI, str(package), str(inputs), "course_ops"]
+    with tempfile.TemporaryDirectory(prefix="course-fresh-") as cwd:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)
+        if proc.returncode == 0:
+            return AotiRun(True, "ran it")
+        phases = [line for line in proc.stdout.splitlines() if line.startswith("phase: ")]
+        during = phases[-1].removeprefix("phase: ") if phases else "starting"
+        if proc.returncode > 0:  # a Python error: its last line says why
+            last = (proc.stdout + proc.stderr).strip().splitlines()[-1]
+            return AotiRun(False, f"failed while {during}: {last}")
+        import signal
+
+        why = f"crashed with {signal.Signals(-proc.returncode).name} while {during}"
+        if control is not None:
+            plain = [sys.executable, "-c", _RUN_AOTI, str(control()), str(inputs), "no"]
+            again = subprocess.run(plain, capture_output=True, text=True, env=env, cwd=cwd)
+            why += (
+                "; a package of the same shapes without the course op runs in a fresh process, so the crash comes "
+                "with the custom op's call"
+                if again.returncode == 0
+                else f"; a package without the course op fails the same way (exit {again.returncode}): "
+                "AOTInductor's runtime crashes on this machine, whatever the model calls"
+            )
+        return AotiRun(False, why)
+
+
 _TIME = r"""
 import json, sys
 import torch, course_ops

@@ -149,3 +149,15 @@ def test_stable_abi_table_names_what_our_glue_needs_and_the_stable_abi_lacks():
     assert rows["schemas"]["stable ABI"] and rows["CPU and CUDA kernels"]["stable ABI"]
     for missing in ("C++ autograd", "autocast kernels", "the dispatcher", "typed errors"):
         assert rows[missing]["stable ABI"] is None and rows[missing]["files"] > 0, rows[missing]
+
+
+def test_run_aoti_reports_a_crash_of_the_fresh_process_with_its_phase(monkeypatch, tmp_path):
+    crash = "import os, signal\nprint('phase: loading the package', flush=True)\nos.kill(os.getpid(), signal.SIGSEGV)\n"
+    monkeypatch.setattr(wheel, "_RUN_AOTI", crash)
+    ran = wheel.run_aoti(tmp_path, tmp_path / "model.pt2", tmp_path / "x.pt", control=lambda: tmp_path / "plain.pt2")
+    assert not ran.ok
+    assert "crashed with SIGSEGV while loading the package" in ran.summary, ran.summary
+    assert "without the course op fails the same way" in ran.summary, ran.summary
+    monkeypatch.setattr(wheel, "_RUN_AOTI", "raise ValueError('no such package')")
+    ran = wheel.run_aoti(tmp_path, tmp_path / "model.pt2", tmp_path / "x.pt")
+    assert not ran.ok and ran.summary == "failed while starting: ValueError: no such package", ran.summary
