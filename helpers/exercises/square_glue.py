@@ -151,7 +151,8 @@ def _run_values(ext, dev, seed) -> int:
                 hint=HINT,
                 seed=seed,
             )
-        try:
+        try:  # the node alone first: its error (a wrong count of gradients) without the engine around it
+            ys.grad_fn(grad_y)
             (ga,) = torch.autograd.grad(ys, leaf, grad_y)
         except Exception as e:  # autograd's error about the Function's backward
             msg = f"backward through square(x) failed: {type(e).__name__}: {str(e).splitlines()[0]}"
