@@ -127,6 +127,35 @@ def test_plot_colours_are_one_per_impl_everywhere():
     assert plot.latency(rows, x="numel").axes[0].get_yscale() == "log"
 
 
+def test_plot_lines_of_one_figure_never_share_a_colour():
+    """'alpha', 'beta' and 'mine' hash to the same FALLBACK colour: in one figure they get three, in every panel
+    the same; a learner's version ("ours v1 (yours)") has the colour of the name it stands for."""
+    assert plot.color("alpha") == plot.color("beta") == plot.color("mine")
+    rows = [dict(impl=i, numel=n, pct_copy=50.0) for i in ("ours", "alpha", "beta", "mine") for n in (1, 2)]
+    fig = plot.grid(rows, [("p", lambda r: r["impl"] != "beta"), ("q", lambda r: r["impl"] != "alpha")])
+    colours = [{ln.get_label(): ln.get_color() for ln in ax.get_lines()} for ax in fig.axes[:2]]
+    assert colours[0]["mine"] == colours[1]["mine"]
+    assert len({colours[0]["alpha"], colours[1]["beta"], colours[0]["mine"], colours[0]["ours"]}) == 4
+    assert plot.color("ours v1 (yours)") == plot.color("ours v1")
+
+
+def _labelled_ticks(ax):
+    ax.figure.canvas.draw()
+    lo, hi = ax.get_ylim()
+    return [t.get_text() for t, v in zip(ax.get_yticklabels(), ax.get_yticks()) if t.get_text() and lo <= v <= hi]
+
+
+def test_plot_log_axes_label_several_plain_values():
+    """A latency panel of 5-11 µs reads off its axis (not one '10'); bars decades apart are on a log axis with
+    plain labels (14,316 µs, not 1.43e+04)."""
+    rows = [dict(impl=i, rows=m, ms=us / 1e3) for i, us in (("a", 5.3), ("b", 11.2)) for m in (1, 16, 64)]
+    ticks = _labelled_ticks(plot.latency(rows).axes[0])
+    assert len(ticks) >= 3 and all("e" not in t and "^" not in t for t in ticks), ticks
+    fig = plot.bars({"naive": 14316.3, "native": 86.8, "v4": 67.2}, unit="µs", log=True)
+    assert fig.axes[0].get_yscale() == "log" and len(_labelled_ticks(fig.axes[0])) >= 3
+    assert "14,316 µs" in [t.get_text() for t in fig.axes[0].texts]
+
+
 @needs_gpu
 def test_cuda_timing_sees_bandwidth():
     x = torch.randn(1 << 26, device="cuda")
