@@ -21,8 +21,8 @@ turn, three times over, and reports the medians: the benchmark suite does that f
 A kernel of a few microseconds is another matter: the events around it also see the launch latency and,
 where fn's Python takes longer than the flush before it, the CPU (a Triton op's launch hides behind the flush
 in one round and not in the next). `kernel_time` reads the kernels' own durations from torch.profiler
-instead; on the H100, unchanged 3-5 us kernels repeat within 0.1 us there, where their event times move by
-+-11 %.
+instead (`kernels` lists them one by one, each a median over several calls); on the H100, unchanged 3-5 us
+kernels repeat within 0.1 us there, where their event times move by +-11 %.
 """
 
 from __future__ import annotations
@@ -116,6 +116,39 @@ def kernel_time(fn, *, calls: int = 40, flush: bool = True) -> float:
     seen = _kernels(fn, calls, clear)
     total_us = sum(sum(ts) for name, ts in seen.items() if name not in flush_names)
     return total_us / calls / 1e3
+
+
+def kernels(fn, *, calls: int = 7, flush: bool = True) -> list[tuple[str, float]]:
+    """The kernels one call of fn() runs, in launch order: (name, duration in us), each duration the median
+    over `calls` calls profiled one at a time (torch.profiler's CUPTI records), L2 flushed before every call
+    as `time` does. One profiled call can catch a kernel at a bad moment (a clock change, a first use); the
+    median of several does not. Calls whose kernel list differs from the most common one are left out. CUDA
+    only."""
+    if not torch.cuda.is_available():
+        raise RuntimeError("bench.kernels reads CUDA kernel records: it needs a CUDA GPU (use bench.wall on the CPU)")
+    cache = torch.empty(256 << 20, dtype=torch.int8, device="cuda") if flush else None
+    fn()  # warm-up: first-call set-up, allocator
+    runs = []
+    for _ in range(calls):
+        if cache is not None:
+            cache.zero_()
+        torch.cuda.synchronize()
+        runs.append(_launches(fn))
+    names = statistics.mode(tuple(name for name, _ in run) for run in runs)
+    kept = [run for run in runs if tuple(name for name, _ in run) == names]
+    return [(name, statistics.median(run[i][1] for run in kept)) for i, name in enumerate(names)]
+
+
+def _launches(fn) -> list[tuple[str, float]]:
+    """(name, us) of the CUDA kernels and memsets of one call of fn(), in the order they started on the GPU."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA], acc_events=True) as prof:
+        fn()
+        torch.cuda.synchronize()
+    events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    events.sort(key=lambda e: e.time_range.start)
+    return [(e.name, e.device_time) for e in events]
 
 
 def wall(fn, *, min_run_time: float = 0.2) -> Timing:

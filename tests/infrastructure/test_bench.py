@@ -169,6 +169,8 @@ def test_cuda_timing_sees_bandwidth():
 def test_kernel_time_without_a_gpu_says_what_it_needs():
     with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
         bench.kernel_time(lambda: None)
+    with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+        bench.kernels(lambda: None)
 
 
 @needs_gpu
@@ -182,6 +184,26 @@ def test_kernel_time_counts_fn_kernels_not_the_flush():
     two = bench.kernel_time(lambda: (y.copy_(x), y.copy_(x)))
     assert 0 < one < bench.time(lambda: y.copy_(x)).ms
     assert 1.6 < two / one < 2.4
+    listed = bench.kernels(lambda: (y.copy_(x), y.copy_(x)), calls=3)
+    assert len(listed) == 2 and listed[0][0] == listed[1][0] and all(us > 0 for _, us in listed)
+
+
+def test_kernels_takes_each_kernels_median_over_the_calls_and_drops_odd_calls(monkeypatch):
+    """One call that caught the second kernel at a bad moment (2695 us against 191) moves no median; a call
+    with another kernel list is left out."""
+    calls = iter(
+        [
+            [("pow", 128.0), ("mul", 191.0)],
+            [("pow", 126.0), ("mul", 2695.0)],
+            [("pow", 127.0), ("mul", 190.0)],
+            [("pow", 500.0), ("memset", 1.0), ("mul", 900.0)],
+            [("pow", 129.0), ("mul", 192.0)],
+        ]
+    )
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(bench, "_launches", lambda fn: next(calls))
+    assert bench.kernels(lambda: None, calls=5, flush=False) == [("pow", 127.5), ("mul", 191.5)]
 
 
 @needs_gpu
