@@ -162,9 +162,8 @@ def check(device=None, ext=None, seed=None) -> int:
 
 _OPCHECK = """@pytest.mark.parametrize("device", DEVICES)
 def test_opcheck(square, device):
-    for dtype in (torch.float32, torch.bfloat16):
-        for x in sample_inputs(device, dtype, requires_grad=True)[:3]:
-            torch.library.opcheck(torch.ops.course.square.default, (x,))
+    for x in sample_inputs(device, torch.float32, requires_grad=True)[:3]:  # the layouts: opcheck is about them
+        torch.library.opcheck(torch.ops.course.square.default, (x,))
 
 
 """
@@ -197,7 +196,6 @@ WRONG = [
         [
             ("DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]\n", "DTYPES = [torch.float32]\n"),
             (_SAMPLES, "    xs = [make(7, 33)]\n"),
-            ("    for dtype in (torch.float32, torch.bfloat16):\n", "    for dtype in (torch.float32,):\n"),
         ],
         "cpu",
     ),

@@ -52,9 +52,8 @@ def test_values_match_x_times_x(square, device, dtype):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_opcheck(square, device):
-    for dtype in (torch.float32, torch.bfloat16):
-        for x in sample_inputs(device, dtype, requires_grad=True)[:3]:
-            torch.library.opcheck(torch.ops.course.square.default, (x,))
+    for x in sample_inputs(device, torch.float32, requires_grad=True)[:3]:  # the layouts: opcheck is about them
+        torch.library.opcheck(torch.ops.course.square.default, (x,))
 
 
 @pytest.mark.parametrize("device", DEVICES)
