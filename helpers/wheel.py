@@ -119,7 +119,8 @@ def install(wheel: str | Path, target: str | Path) -> Path:
 # The program check_installed runs in a new process. It imports course_ops from the installed folder (its
 # Python side too, course_ops.ops: the course folder is not on sys.path when they are imported), then borrows only the
 # sample inputs of the course's tests (tests/op_samples.py) to run each packaged op against plain PyTorch and
-# through torch.library.opcheck, on the CPU and on the GPU if there is one.
+# through torch.library.opcheck (its traced-and-compiled test on each op's first sample: the tests/ops suite runs
+# it on them all), on the CPU and on the GPU if there is one.
 _CHECK = r"""
 import importlib, json, sys, time
 t0 = time.perf_counter()
@@ -142,8 +143,10 @@ for name, op in op_samples.LIBRARY_OPS.items():
     if op.module not in course_ops.OPS:
         continue
     for device in devices:
-        for args in op_samples.library_samples(name, device, requires_grad=bool(op.differentiable)):
-            torch.library.opcheck(op.overload(), args)
+        fast = ("test_schema", "test_autograd_registration", "test_faketensor")
+        samples = op_samples.library_samples(name, device, requires_grad=bool(op.differentiable))
+        for i, args in enumerate(samples):  # the traced-and-compiled test (most of the time) on the first only
+            torch.library.opcheck(op.overload(), args, test_utils=(*fast, "test_aot_dispatch_dynamic") if i == 0 else fast)
         if op.public is not None:
             for args in op_samples.library_samples(name, device):
                 torch.testing.assert_close(op.public(*args), op.native(*args), msg=lambda m: f"{name}: {m}")
