@@ -1,11 +1,12 @@
 """Every CUDA source compiles for the architectures the course supports (Colab's T4 sm_75, A100 sm_80,
-H100 sm_90), with the exercise stubs and with the solutions, and the module imports without a GPU. An op
-compiles for each distinct code path its sources have: the lowest and the highest architecture always, and
-one in between only where a source (or a header it includes) branches on `__CUDA_ARCH__` there; the device
-compile costs the same again per architecture, and an architecture with no branch of its own compiles the
-code of the one below it."""
+H100 sm_90), with the exercise stubs and with the solutions, and the module imports without a GPU. Each
+distinct code path compiles once: every op for the lowest and the highest architecture, and a .cu file that
+(itself or through a header) branches on `__CUDA_ARCH__` at one in between, alone, for that one too. The device
+compile costs the same again per architecture, and an architecture with no branch of its own compiles the code
+of the one below it."""
 
 import re
+import subprocess
 
 import pytest
 
@@ -21,26 +22,48 @@ CUDA_OPS = [name for name in loader.op_names() if any((env.KERNELS / name).glob(
 _BRANCH = re.compile(r"__CUDA_ARCH__\s*>=?\s*(\d+)")
 
 
-def archs_for(name: str) -> list[str]:
-    """ARCHS[0] and ARCHS[-1], and each one between that a source of the op or a header it includes branches
-    at (`__CUDA_ARCH__ >= 800` adds 8.0)."""
+def _branches(source) -> set[int]:
+    """The __CUDA_ARCH__ thresholds a source tests, itself or in the local headers it includes."""
     includes = loader._include_dirs([])
-    files = {f for s in loader.sources_for(name) for f in (s.resolve(), *loader._local_deps(s.resolve(), includes))}
-    cuts = {int(t) for f in files for t in _BRANCH.findall(f.read_text())}
-    inner = [a for a in ARCHS[1:-1] if int(float(a) * 100) in cuts]
-    return [ARCHS[0], *inner, ARCHS[-1]]
+    files = (source.resolve(), *loader._local_deps(source.resolve(), includes))
+    return {int(t) for f in files for t in _BRANCH.findall(f.read_text())}
 
 
-def test_archs_for_follows_the_branches():
-    assert archs_for("layernorm") == ["7.5", "8.0", "9.0"]  # layernorm.hopper.cu: __CUDA_ARCH__ >= 800
-    assert archs_for("polynomial") == ["7.5", "9.0"]
+# (a .cu file, an architecture between the lowest and the highest that it branches at)
+INNER = [
+    (src, arch)
+    for name in CUDA_OPS
+    for src in loader.sources_for(name)
+    if src.suffix == ".cu"
+    for arch in ARCHS[1:-1]
+    if int(float(arch) * 100) in _branches(src)
+]
+
+
+def test_the_inner_architectures_are_found():
+    assert ("layernorm.hopper.cu", "8.0") in [(s.name, a) for s, a in INNER]  # __CUDA_ARCH__ >= 800
+
+
+@pytest.mark.parametrize("source, arch", INNER, ids=[f"{s.name}-sm{a.replace('.', '')}" for s, a in INNER])
+def test_a_source_compiles_for_the_architecture_it_branches_at(source, arch, tmp_path):
+    import torch
+
+    kit = env.find_toolkit(torch.version.cuda)
+    if kit is None:
+        pytest.skip("no nvcc here")
+    sm = arch.replace(".", "")
+    cmd = [str(kit.nvcc), "-std=c++17", "-O0", "--expt-relaxed-constexpr", "-Xcompiler", "-fPIC", *CHECK_ONLY]
+    cmd += ["-gencode", f"arch=compute_{sm},code=sm_{sm}", "-I", str(env.KERNELS / "solutions")]
+    cmd += ["-I", str(env.KERNELS), "-c", str(source), "-o", str(tmp_path / "out.o")]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 0, f"{source.name} for sm_{sm}:\n{done.stderr[-3000:]}"
 
 
 @pytest.mark.parametrize("solutions", ["0", "1"], ids=["stubs", "solutions"])
 @pytest.mark.parametrize("name", CUDA_OPS)
 def test_cuda_source_compiles_for_all_archs(name, solutions, monkeypatch):
     monkeypatch.setenv("COURSE_SOLUTIONS", solutions)
-    module = loader.load(name, cuda=True, archs=archs_for(name), extra_cuda_cflags=CHECK_ONLY)
+    module = loader.load(name, cuda=True, archs=[ARCHS[0], ARCHS[-1]], extra_cuda_cflags=CHECK_ONLY)
     # With the stubs, an op with a glue exercise (square: lesson 02b's binding is the learner's) may bind nothing.
     includes = loader._include_dirs([])
     glue = any(loader._glue_exercise(loader._local_deps(s.resolve(), includes)) for s in loader.sources_for(name))
