@@ -40,6 +40,9 @@ import torch
 from . import env, loader
 
 NAMESPACE = "course"
+# torch.library.opcheck's four tests; the last (traced and compiled with dynamic shapes, forward and backward) is
+# most of its time, so the checks that run many samples run it on the one that matters and the other three on all.
+OPCHECK_TESTS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
 _LIBRARIES: dict[str, torch.library.Library] = {}
 
 
