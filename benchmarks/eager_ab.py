@@ -4,7 +4,7 @@ checking that a change of the code's shape left the per-call cost alone.
     python -m benchmarks.eager_ab --other /path/to/other/checkout [--out DIR]
 
 Each side runs in its own process (an op's registrations and Python wrappers are its checkout's), alternating
-three times; per op, the median over the rounds of benchmarks.autograd.cpu_per_step (wall time per call over
+`--rounds` times (default 3); per op, the median over the rounds of benchmarks.autograd.cpu_per_step (wall time per call over
 blocks of calls with no synchronization inside): at 64x1024 bf16 (float32 on the CPU) the GPU's work is
 negligible, so the time is the CPU's (Python, argument checks, the dispatcher, autograd, the launches). Two rows
 per op: the forward alone (no grad), and a step (forward with grad, then torch.autograd.grad). Only wrappers
@@ -77,6 +77,7 @@ def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--other", type=Path, help="the other checkout (its helpers/ and kernels/)")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--rounds", type=int, default=3, help="processes per side, alternating (default 3)")
     ap.add_argument("--measure", type=Path, help=argparse.SUPPRESS)  # internal: one side, JSON on stdout
     args = ap.parse_args(argv)
     if args.measure:
@@ -84,7 +85,7 @@ def main(argv=None) -> dict:
         return {}
     sides = {"before": args.other.resolve(), "after": HERE}
     runs = {side: [] for side in sides}
-    for i in range(3):
+    for i in range(args.rounds):
         for side in ("before", "after") if i % 2 == 0 else ("after", "before"):
             cmd = [sys.executable, "-m", "benchmarks.eager_ab", "--measure", str(sides[side])]
             done = subprocess.run(cmd, cwd=HERE, capture_output=True, text=True, check=True)
@@ -102,7 +103,8 @@ def main(argv=None) -> dict:
               f"{row['step_us_before']:12.1f} {row['step_us_after']:8.1f}")  # fmt: skip
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "eager_ab.json").write_text(json.dumps({"other": str(args.other), "ops": table}, indent=1) + "\n")
+        record = {"other": str(args.other), "rounds": args.rounds, "ops": table, "runs": runs}
+        (args.out / "eager_ab.json").write_text(json.dumps(record, indent=1) + "\n")
     return table
 
 
