@@ -180,8 +180,9 @@ def test_kernel_time_counts_fn_kernels_not_the_flush():
     x = torch.randn(1 << 26, device="cuda")  # 256 MiB: far past any L2 (an H200's holds much of 64 MiB)
     y = torch.empty_like(x)
     assert bench.kernel_time(lambda: None, calls=5) == 0
-    one = bench.kernel_time(lambda: y.copy_(x))
-    two = bench.kernel_time(lambda: (y.copy_(x), y.copy_(x)))
+    # the least of three: another process's kernels on the same GPU (a parallel test run) only add time
+    one = min(bench.kernel_time(lambda: y.copy_(x)) for _ in range(3))
+    two = min(bench.kernel_time(lambda: (y.copy_(x), y.copy_(x))) for _ in range(3))
     assert 0 < one < bench.time(lambda: y.copy_(x)).ms
     assert 1.6 < two / one < 2.4
     listed = bench.kernels(lambda: (y.copy_(x), y.copy_(x)), calls=3)

@@ -81,6 +81,7 @@ def test_the_square_registration_has_only_cpu_and_cuda_kernels(square_ext):
         assert keys and keys - {"debug", "schema"} <= {"CPU", "CUDA"}, keys
 
 
+@pytest.mark.usefixtures("square_ext")  # course::square defined in this process, as a learner's would be
 @pytest.mark.parametrize(
     "wrong",
     square_library.ENDS_THE_PROCESS + [w for w in square_library.WRONG if w.part == "cuda"],
