@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
 from helpers import env  # noqa: E402  (the course's helpers: where the toolkit and the sources are)
-from helpers.loader import op_names, sources_for  # noqa: E402
+from helpers.loader import op_names, sources_for, toolchain  # noqa: E402
 
 KERNELS = env.KERNELS
 
@@ -99,6 +99,7 @@ def extension_for(name: str, cuda: bool, debug: bool):
         depends=[_rel(h) for h in headers],  # an edited header rebuilds the op (setuptools compares times)
         define_macros=[("WITH_CUDA", None)] if cuda else [],
         extra_compile_args=compile_args(cuda, debug),
+        extra_link_args=toolchain.shared_cxx_runtime(),  # never a private copy of the C++ runtime per module
     )
 
 
@@ -121,6 +122,7 @@ def entry_extension(module, headers: Path, cuda: bool, debug: bool):
     """The learner's entry, with its sources made relative to setup.py (setuptools wants them so)."""
     ext = module.extension(KERNELS, headers, cuda, compile_args(cuda, debug))
     ext.sources = [_rel(Path(s).resolve()) for s in ext.sources]
+    ext.extra_link_args = [*ext.extra_link_args, *toolchain.shared_cxx_runtime()]  # as extension_for's
     return ext
 
 

@@ -12,9 +12,11 @@ command and the end of its output.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -192,6 +194,34 @@ def run_fresh(site: str | Path, program: str, *args: str, hide_gpu: bool = False
     with tempfile.TemporaryDirectory(prefix="course-fresh-") as cwd:
         cmd = [sys.executable, "-c", program, *map(str, args)]
         return _run(cmd, "the fresh process", env=_fresh_env(site, hide_gpu), cwd=Path(cwd))
+
+
+@contextlib.contextmanager
+def aoti_compiler():
+    """Around torch._inductor.aoti_compile_and_package: where the C++ compiler AOTInductor uses links libstdc++
+    into shared libraries statically (helpers.loader.toolchain.links_cxx_runtime_statically), it gets that
+    compiler with the shared runtime named on its link line, as the loader's builds have
+    (toolchain.shared_cxx_runtime says why a private copy of the C++ runtime in a module is a problem).
+    Anywhere else it changes nothing."""
+    import torch._inductor.config as inductor_config
+    from torch._inductor import cpp_builder
+
+    from .loader import toolchain
+
+    cxx = cpp_builder.get_cpp_compiler()
+    if not toolchain.links_cxx_runtime_statically(cxx):
+        yield
+        return
+    with tempfile.TemporaryDirectory(prefix="course-cxx-") as d:
+        shim = Path(d) / "g++"  # AOTInductor tells compilers apart by name: keep g++'s
+        real, runtime = shlex.quote(cxx), " ".join(toolchain.shared_cxx_runtime())
+        # the runtime goes on links only (-shared): beside -c or a header's compile, g++ would link
+        shim.write_text(
+            f'#!/bin/sh\ncase " $* " in *" -shared "*) exec {real} "$@" {runtime};; esac\nexec {real} "$@"\n'
+        )
+        shim.chmod(0o755)
+        with inductor_config.patch({"cpp.cxx": (None, str(shim))}):
+            yield
 
 
 _RUN_AOTI = r"""

@@ -247,6 +247,7 @@ def load(
         "-ltorch",
         "-ltorch_cpu",
         "-ltorch_python",
+        *toolchain.shared_cxx_runtime(),
     ]
     if cuda:
         kit = _require_toolkit()

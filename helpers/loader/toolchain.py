@@ -126,6 +126,44 @@ def _fast_linker() -> list[str]:
     return []
 
 
+@functools.cache
+def shared_cxx_runtime() -> list[str]:
+    """Link flags that name the shared C++ runtime (libstdc++.so.6) ahead of the libraries g++ adds itself.
+
+    A g++ set up to link the C++ runtime statically (a `c++` wrapper that passes -static-libstdc++, as one GPU
+    image has) puts a private copy of it into every module. The first such module in a process works; a
+    second one (an edited op rebuilt, a wrong answer's build, two ops of a wheel) crashes in its first
+    stream output, when its copy's locale and the process's meet: at import, inside torch's schema printing,
+    or in an error message. Named first, the shared runtime resolves every symbol, and the static archive
+    that follows adds nothing. Linux and g++ only (clang links libc++ or its own way; macOS has no
+    libstdc++)."""
+    if sys.platform != "linux" or "clang" in _compiler_id(_cxx()).lower():
+        return []
+    return ["-l:libstdc++.so.6"]
+
+
+@functools.cache
+def links_cxx_runtime_statically(cxx: str | None = None) -> bool:
+    """Whether `cxx` (default: the course's compiler) puts the C++ runtime into a shared library it links (a
+    wrapper that passes -static-libstdc++, or a g++ that finds only libstdc++.a): it links a small library that
+    prints a number, and reads whether the result needs libstdc++.so (readelf; False where that is missing)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="course-probe-") as d:
+        src, lib = Path(d) / "probe.cpp", Path(d) / "probe.so"
+        src.write_text(
+            "#include <sstream>\nstd::string probe(long n) { std::ostringstream s; s << n; return s.str(); }\n"
+        )
+        try:
+            built = subprocess.run([cxx or _cxx(), "-shared", "-fPIC", str(src), "-o", str(lib)], capture_output=True)
+            if built.returncode != 0:
+                return False
+            needed = subprocess.run(["readelf", "-d", str(lib)], capture_output=True, text=True).stdout
+        except (OSError, subprocess.SubprocessError):
+            return False
+    return "libstdc++" not in needed
+
+
 def _link(link: list[str], objs: list[str], out: Path) -> None:
     """Link; if lld/gold fails where GNU ld would not (gold cannot open the libstdc++.so linker script of a
     g++ installed under /opt, for one), link again with the default linker, and use

@@ -285,6 +285,44 @@ def test_a_linker_that_fails_falls_back_to_the_default_one(ext_dir, monkeypatch)
     assert loader.last_build.linked
 
 
+# A g++ that links the C++ runtime into shared libraries statically, as one GPU image's does: every module
+# would carry a private copy of libstdc++, and a process fails or crashes where two copies' locales meet.
+STATIC_CXX = """#!/bin/sh
+case " $* " in *" -shared "*) exec g++ "$@" -static-libstdc++;; esac
+exec g++ "$@"
+"""
+
+
+def _needed(lib: Path) -> str:
+    return subprocess.run(["readelf", "-d", str(lib)], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or "clang" in _CXX, reason="g++ on Linux")
+def test_the_shared_cxx_runtime_named_first_keeps_a_static_one_out(tmp_path):
+    static = tmp_path / "g++"
+    static.write_text(STATIC_CXX)
+    static.chmod(0o755)
+    assert toolchain.links_cxx_runtime_statically(str(static)) and not toolchain.links_cxx_runtime_statically()
+    src = tmp_path / "s.cpp"
+    src.write_text("#include <sstream>\nstd::string f(long n) { std::ostringstream s; s << n; return s.str(); }\n")
+    subprocess.run([str(static), "-c", "-fPIC", str(src), "-o", str(tmp_path / "s.o")], check=True)
+    for flags, shared in (([], False), (toolchain.shared_cxx_runtime(), True)):
+        out = tmp_path / f"s{int(shared)}.so"
+        toolchain._link([str(static), "-shared", *flags], [str(tmp_path / "s.o")], out)
+        assert ("libstdc++.so" in _needed(out)) == shared, flags
+
+
+def test_every_module_is_linked_with_shared_cxx_runtimes_flags(ext_dir, monkeypatch):
+    """The loader's link line carries toolchain.shared_cxx_runtime() (here a marker symbol in its place)."""
+    monkeypatch.setattr(toolchain, "shared_cxx_runtime", lambda: ["-Wl,--defsym=course_link_marker=0"])
+    m = build(ext_dir)
+    assert (
+        loader.last_build.linked
+        and "course_link_marker"
+        in subprocess.run(["nm", m.__file__], capture_output=True, text=True, check=True).stdout
+    )
+
+
 @needs_gcc
 def test_the_pch_is_on_by_default_only_with_four_cores(monkeypatch):
     monkeypatch.delenv("COURSE_PCH", raising=False)

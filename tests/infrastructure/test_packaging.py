@@ -161,3 +161,37 @@ def test_run_aoti_reports_a_crash_of_the_fresh_process_with_its_phase(monkeypatc
     monkeypatch.setattr(wheel, "_RUN_AOTI", "raise ValueError('no such package')")
     ran = wheel.run_aoti(tmp_path, tmp_path / "model.pt2", tmp_path / "x.pt")
     assert not ran.ok and ran.summary == "failed while starting: ValueError: no such package", ran.summary
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not shutil.which("g++"), reason="g++ on Linux")
+def test_aoti_compiler_links_with_the_shared_cxx_runtime_only_where_gxx_would_not(monkeypatch, tmp_path):
+    """Where the compiler AOTInductor uses links libstdc++ statically, wheel.aoti_compiler() gives it a g++ that
+    names the shared runtime on links (-shared) and adds nothing to compiles; elsewhere it changes nothing."""
+    import subprocess
+
+    import torch._inductor.config as inductor_config
+    from torch._inductor import cpp_builder
+
+    from tests.infrastructure.test_loader import STATIC_CXX
+
+    static = tmp_path / "bin" / "g++"
+    static.parent.mkdir()
+    static.write_text(STATIC_CXX)
+    static.chmod(0o755)
+    before = inductor_config.cpp.cxx
+    monkeypatch.setattr(cpp_builder, "get_cpp_compiler", lambda: "g++")
+    with wheel.aoti_compiler():
+        assert inductor_config.cpp.cxx == before
+    monkeypatch.setattr(cpp_builder, "get_cpp_compiler", lambda: str(static))
+    src, header = tmp_path / "s.cpp", tmp_path / "h.h"
+    src.write_text("#include <sstream>\nstd::string f(long n) { std::ostringstream s; s << n; return s.str(); }\n")
+    header.write_text("#include <string>\n")
+    with wheel.aoti_compiler():
+        shim = inductor_config.cpp.cxx[1]
+        assert shim != str(static) and cpp_builder._is_gcc(shim)
+        subprocess.run([shim, "-x", "c++-header", str(header), "-o", str(tmp_path / "h.h.gch")], check=True)
+        subprocess.run([shim, "-c", "-fPIC", str(src), "-o", str(tmp_path / "s.o")], check=True)
+        subprocess.run([shim, "-shared", str(tmp_path / "s.o"), "-o", str(tmp_path / "s.so")], check=True)
+    needed = subprocess.run(["readelf", "-d", str(tmp_path / "s.so")], capture_output=True, text=True).stdout
+    assert "libstdc++.so" in needed
+    assert inductor_config.cpp.cxx == before
