@@ -63,7 +63,6 @@ def test_a_source_compiles_for_the_architecture_it_branches_at(source, arch, tmp
 @pytest.mark.parametrize("name", CUDA_OPS)
 def test_cuda_source_compiles_for_all_archs(name, solutions, monkeypatch):
     monkeypatch.setenv("COURSE_SOLUTIONS", solutions)
-    monkeypatch.delenv("COURSE_PCH", raising=False)  # the machine's default: on 2 cores, Colab's way (no PCH)
     module = loader.load(name, cuda=True, archs=[ARCHS[0], ARCHS[-1]], extra_cuda_cflags=CHECK_ONLY)
     # With the stubs, an op with a glue exercise (square: lesson 02b's binding is the learner's) may bind nothing.
     includes = loader._include_dirs([])
