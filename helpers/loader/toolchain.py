@@ -139,7 +139,11 @@ def shared_cxx_runtime() -> list[str]:
     libstdc++)."""
     if sys.platform != "linux" or "clang" in _compiler_id(_cxx()).lower():
         return []
-    return ["-l:libstdc++.so.6"]
+    try:  # where the linker cannot find it (a g++ with its own sysroot), naming it would fail every link
+        found = subprocess.run([_cxx(), "-print-file-name=libstdc++.so.6"], capture_output=True, text=True).stdout
+    except OSError:
+        return []
+    return ["-l:libstdc++.so.6"] if os.path.isabs(found.strip()) else []
 
 
 @functools.cache
