@@ -214,7 +214,7 @@ def aoti_compiler():
         return
     with tempfile.TemporaryDirectory(prefix="course-cxx-") as d:
         shim = Path(d) / "g++"  # AOTInductor tells compilers apart by name: keep g++'s
-        real, runtime = shlex.quote(cxx), " ".join(toolchain.shared_cxx_runtime())
+        real, runtime = shlex.quote(cxx), " ".join(toolchain.shared_cxx_runtime(cxx))
         # the runtime goes on links only (-shared): beside -c or a header's compile, g++ would link
         shim.write_text(
             f'#!/bin/sh\ncase " $* " in *" -shared "*) exec {real} "$@" {runtime};; esac\nexec {real} "$@"\n'

@@ -127,20 +127,21 @@ def _fast_linker() -> list[str]:
 
 
 @functools.cache
-def shared_cxx_runtime() -> list[str]:
-    """Link flags that name the shared C++ runtime (libstdc++.so.6) ahead of the libraries g++ adds itself.
+def shared_cxx_runtime(cxx: str | None = None) -> list[str]:
+    """Link flags for `cxx` (default: the course's compiler) that name the shared C++ runtime (libstdc++.so.6)
+    ahead of the libraries g++ adds itself.
 
-    A g++ set up to link the C++ runtime statically (a `c++` wrapper that passes -static-libstdc++, as one GPU
-    image has) puts a private copy of it into every module. The first such module in a process works; a
-    second one (an edited op rebuilt, a wrong answer's build, two ops of a wheel) crashes in its first
-    stream output, when its copy's locale and the process's meet: at import, inside torch's schema printing,
-    or in an error message. Named first, the shared runtime resolves every symbol, and the static archive
-    that follows adds nothing. Linux and g++ only (clang links libc++ or its own way; macOS has no
-    libstdc++)."""
-    if sys.platform != "linux" or "clang" in _compiler_id(_cxx()).lower():
+    A g++ that links the C++ runtime statically puts a private copy of it into every module (seen on the GPU
+    test machine: libstdc++'s own functions inside the course's modules, in the backtraces). Where that copy's
+    locale meets the process's shared one, in the first number a module prints (torch's schema printing at
+    import, an error message), the process crashes or fails with std::bad_cast. Named first, the shared
+    runtime resolves every symbol, and the static archive that follows adds nothing. Linux and g++ only
+    (clang links libc++ or its own way; macOS has no libstdc++)."""
+    cxx = cxx or _cxx()
+    if sys.platform != "linux" or "clang" in _compiler_id(cxx).lower():
         return []
     try:  # where the linker cannot find it (a g++ with its own sysroot), naming it would fail every link
-        found = subprocess.run([_cxx(), "-print-file-name=libstdc++.so.6"], capture_output=True, text=True).stdout
+        found = subprocess.run([cxx, "-print-file-name=libstdc++.so.6"], capture_output=True, text=True).stdout
     except OSError:
         return []
     return ["-l:libstdc++.so.6"] if os.path.isabs(found.strip()) else []
