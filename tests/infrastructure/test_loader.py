@@ -302,7 +302,7 @@ def test_the_shared_cxx_runtime_named_first_keeps_a_static_one_out(tmp_path):
     static = tmp_path / "g++"
     static.write_text(STATIC_CXX)
     static.chmod(0o755)
-    assert toolchain.links_cxx_runtime_statically(str(static)) and not toolchain.links_cxx_runtime_statically()
+    assert toolchain.links_cxx_runtime_statically(str(static))  # the machine's own g++ may be such a one too
     src = tmp_path / "s.cpp"
     src.write_text("#include <sstream>\nstd::string f(long n) { std::ostringstream s; s << n; return s.str(); }\n")
     subprocess.run([str(static), "-c", "-fPIC", str(src), "-o", str(tmp_path / "s.o")], check=True)
