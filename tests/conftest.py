@@ -33,3 +33,16 @@ def load_solutions(name: str):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("COURSE_SOLUTIONS", "1")
         return loader.load(name)
+
+
+# Files whose tests must share one process (make test runs pytest-xdist with --dist loadgroup; every other test
+# goes to whichever process is free): the loader's tests build on each other, and the packaging tests share a
+# wheel built once per process.
+ONE_PROCESS = ("tests/infrastructure/test_loader.py", "tests/infrastructure/test_packaging.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        if path in ONE_PROCESS:
+            item.add_marker(pytest.mark.xdist_group(path))
