@@ -17,7 +17,8 @@ checks both shapes).
 
 In a solution file the answer sits between `// BEGIN SOLUTION` and `// END SOLUTION`; the learner's
 copy replaces it with a TODO line, which compiles and leaves the output unwritten (the self-checks
-poison outputs with NaN, so an unwritten output fails them).
+poison outputs with NaN, so an unwritten output fails them). A find-and-fix exercise (lesson 07) adds, after
+a `// STUB` line inside the block, the broken code commented out: the learner's copy starts from it.
 
 A Python exercise (kernels/solutions/<name>.py, lesson 04: torch.library registrations) marks its answer with
 `# BEGIN SOLUTION` / `# END SOLUTION`; the stub is a TODO line and `raise NotImplementedError`, which the
@@ -48,6 +49,20 @@ _BLOCK = re.compile(r"^([ \t]*)// BEGIN SOLUTION[^\n]*\n(.*?)^[ \t]*// END SOLUT
 _PY_BLOCK = re.compile(r"^([ \t]*)# BEGIN SOLUTION[^\n]*\n(.*?)^[ \t]*# END SOLUTION[^\n]*\n", re.M | re.S)
 
 
+_STUB = re.compile(r"^[ \t]*// STUB[^\n]*\n", re.M)
+
+
+def _split_stub(block: str) -> tuple[str, str | None]:
+    """A solution block's answer, and the code the learner starts from where the block has one: a find-and-fix
+    exercise puts the broken code after a `// STUB` line, commented out (the solution file must compile the
+    answer alone), and the stub gets it uncommented."""
+    parts = _STUB.split(block, maxsplit=1)
+    if len(parts) == 1:
+        return block, None
+    stub = "".join(re.sub(r"^([ \t]*)// ?", r"\1", line) for line in parts[1].splitlines(keepends=True))
+    return parts[0], stub
+
+
 def _lines(m: re.Match, comment: str | None = None) -> int:
     """Non-blank lines of the answer (and, given `comment`, not comment lines)."""
     lines = [line.strip() for line in m.group(2).splitlines()]
@@ -59,6 +74,9 @@ def make_stub(text: str) -> str:
     line and `raise NotImplementedError` (Python: a function must have a body, and a forgotten one should say so)."""
 
     def todo(m: re.Match) -> str:
+        answer, stub = _split_stub(m.group(2))
+        if stub is not None:  # a find-and-fix exercise: the learner starts from the broken code
+            return f"{m.group(1)}// TODO(exercise): find and fix the bugs in this code (the file's header says how many).\n" + stub
         return f"{m.group(1)}// TODO(exercise): your code here (the solution is {_lines(m)} lines).\n"
 
     def py_todo(m: re.Match) -> str:
