@@ -23,10 +23,13 @@ import contextlib
 import dataclasses
 import os
 import random
+import re
+import sys
+from pathlib import Path
 
 import torch
 
-from . import check, env
+from . import check, env, sanitizer
 
 DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)  # every dtype the course's kernels take
 SIZES = [1, 3, 8, 31, 256, 257, 1151, 4097, 65536 + 3]
@@ -353,3 +356,117 @@ def passed_now(name: str, message: str) -> None:
     """For such checks: record that `name` passed and print its one line."""
     _results[name] = True
     print(f"✅ {name}: {message}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Under compute-sanitizer
+# --------------------------------------------------------------------------------------------------
+
+# What a finding means for the learner's kernel, by Finding.kind.
+_ADVICE = {
+    sanitizer.INVALID_ACCESS: "a thread read or wrote outside every tensor. The last block of threads runs past "
+    "the end: guard the index (if (i < n)), and compute it in int64_t",
+    sanitizer.HARDWARE_EXCEPTION: "the GPU stopped the kernel at an illegal or misaligned address: check the "
+    "index and any pointer cast to a wider type",
+    sanitizer.RACE: "two threads of a block used the same __shared__ element with no __syncthreads() between one's "
+    "write and the other's access: put a barrier between the step that writes and the step that reads",
+    sanitizer.UNINITIALIZED: "the kernel read memory that nothing wrote (a partial sum or a workspace element no "
+    "thread filled)",
+    sanitizer.BARRIER: "a __syncthreads() that only some threads of the block reach (inside an if, or a loop whose "
+    "trip count differs between threads): every thread of the block must reach each barrier",
+}
+
+
+def kernel_files(name: str, solutions: bool | None = None) -> list[Path]:
+    """An exercise's CUDA files (.cu, .cuh): the learner's in kernels/exercises/, or with solutions (default:
+    COURSE_SOLUTIONS) kernels/solutions/. A glue exercise (.h) or a Python one has none."""
+    solutions = env.solutions_enabled() if solutions is None else solutions
+    folder = env.KERNELS / ("solutions" if solutions else "exercises")
+    return sorted(p for p in folder.glob(f"{name}.*") if p.suffix in (".cu", ".cuh"))
+
+
+def uses_shared_memory(name: str, solutions: bool | None = None) -> bool:
+    """Whether the exercise's kernel code (comments left out) declares __shared__ memory: then racecheck has
+    something to check. A learner's file counts once the answer is written (the stub has no __shared__)."""
+    for path in kernel_files(name, solutions):
+        code = re.sub(r"//[^\n]*|/\*.*?\*/", "", path.read_text(), flags=re.S)
+        if re.search(r"\b__shared__\b", code):
+            return True
+    return False
+
+
+def sanitizer_tools(name: str, solutions: bool | None = None) -> list[str]:
+    """memcheck always; racecheck too where the exercise's kernels use shared memory."""
+    return ["memcheck"] + (["racecheck"] if uses_shared_memory(name, solutions) else [])
+
+
+def sanitized_command(name: str, seed: int) -> tuple[list[str], dict[str, str]]:
+    """(argv, environment) of the child that re-runs the self-check: helpers.exercises.NAME.check on the GPU
+    with `seed`, solutions or the learner's files as COURSE_SOLUTIONS says in this process, the course folder
+    importable wherever the notebook runs."""
+    if not name.isidentifier():
+        raise ValueError(f"not an exercise name: {name!r}")
+    code = f"from helpers.exercises import {name} as m; m.check(device='cuda', seed={int(seed)})"
+    path = os.pathsep.join(p for p in (str(env.REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return [sys.executable, "-c", code], {
+        "COURSE_SOLUTIONS": "1" if env.solutions_enabled() else "0",
+        "PYTHONPATH": path,
+    }
+
+
+def sanitized(name: str, tool: str | None = None, seed: int | None = None, timeout: float = 1200):
+    """Run exercise `name`'s self-check again in a child process under compute-sanitizer: memcheck, and
+    racecheck where the exercise's kernels use __shared__ (`tool` picks one). A kernel can pass every
+    comparison and still read past an end or race on shared memory (the value it reads happens to be right
+    on this GPU today); the sanitizer sees the access itself. Prints each report; returns the reports, or None
+    (saying why) without a GPU or without compute-sanitizer. Raises AssertionError "NAME: not yet. ..." naming
+    the tool and its first finding with its source line where a tool reports an error or the check fails."""
+    if not env.cuda_mode():
+        print(f"ℹ️  {name}: compute-sanitizer checks CUDA kernels and this is CPU mode (no GPU); skipped.")
+        return None
+    exe = sanitizer.find()
+    if exe is None:
+        print(f"ℹ️  {name}: skipped under compute-sanitizer. {sanitizer.missing_reason()}")
+        return None
+    seed = new_seed(seed)
+    argv, child = sanitized_command(name, seed)
+    reports = []
+    for t in [tool] if tool else sanitizer_tools(name):
+        print(f"{name}: the self-check under compute-sanitizer {t} (seed {seed}; 10-100x slower) ...", flush=True)
+        report = sanitizer.run(argv, t, env=child, timeout=timeout, cwd=env.REPO_ROOT, sanitizer=exe)
+        print(report.show())
+        reports.append(report)
+        if not report.ok:
+            raise AssertionError(sanitizer_verdict(name, report, seed)) from None
+    print(f"✅ {name}: compute-sanitizer {' and '.join(r.tool for r in reports)} found no errors.")
+    return reports
+
+
+def sanitizer_verdict(name: str, report: sanitizer.Report, seed: int) -> str:
+    """The failure message of sanitized() for a report that is not ok."""
+    head = f"{name}: not yet. Under compute-sanitizer {report.tool}"
+    errors = [f for f in report.errors if f.severity == "error"] or report.errors
+    if errors:
+        f = errors[0]
+        msg = f"{head}, {report.summary().split(': ', 1)[1]}. The first: {f.what}"
+        if f.kernel:
+            msg += f"\n  in kernel {sanitizer._short(f.kernel, 90)}"
+        if f.location:
+            src = sanitizer.source_line(f.location)
+            msg += f"\n  at {sanitizer.relative(f.location)}" + (f":  {src}" if src else "")
+        if f.thread:
+            msg += f"\n  by thread {sanitizer._dim(f.thread)}" + (
+                f" in block {sanitizer._dim(f.block)}" if f.block else ""
+            )
+        if f.kind in _ADVICE:
+            msg += f"\nWhat it means: {_ADVICE[f.kind]}."
+    elif report.timed_out:
+        msg = f"{head} the self-check ran past {report.seconds:.0f} s and was stopped."
+    elif report.returncode:
+        msg = (
+            f"{head} the self-check itself failed (exit status {report.returncode}) and the tool found nothing: "
+            "run the check without the sanitizer first, it says what is wrong."
+        )
+    else:
+        msg = f"{head}, {report.summary().split(': ', 1)[1]}: the report above has the tool's lines."
+    return msg + f"\n(The self-check ran with seed={seed}.)"

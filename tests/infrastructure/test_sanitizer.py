@@ -1,5 +1,6 @@
 """helpers/sanitizer.py: compute-sanitizer's reports read as data (recorded reports of each tool, in the formats
-the tool prints), finding the tool, and the runner end to end against a fake compute-sanitizer (no GPU here)."""
+the tool prints), finding the tool, and the runner end to end against a fake compute-sanitizer (no GPU here);
+helpers.selfcheck.sanitized's decisions (skips, which tools, the child's command, the verdict)."""
 
 import os
 import shutil
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import env, sanitizer
+from helpers import env, sanitizer, selfcheck
 
 MEMCHECK = """\
 ========= COMPUTE-SANITIZER
@@ -324,3 +325,103 @@ def test_run_stops_a_program_that_runs_past_its_timeout(nowhere, tmp_path):
 def test_an_unknown_tool_is_refused():
     with pytest.raises(ValueError, match="memcheck, racecheck, initcheck, synccheck"):
         sanitizer.command(["prog"], "leakcheck", sanitizer="cs")
+
+
+# --------------------------------------------------------------------------------------------------
+# helpers.selfcheck.sanitized: an exercise's self-check under the sanitizer
+# --------------------------------------------------------------------------------------------------
+
+
+def test_sanitized_without_a_gpu_says_why_and_returns_none(monkeypatch, capsys):
+    monkeypatch.setattr(env, "cuda_mode", lambda: False)
+    assert selfcheck.sanitized("bias_grad") is None
+    assert "CPU mode (no GPU); skipped" in capsys.readouterr().out
+
+
+def test_sanitized_without_the_tool_says_how_to_install_it(monkeypatch, capsys):
+    monkeypatch.setattr(env, "cuda_mode", lambda: True)
+    monkeypatch.setattr(sanitizer, "find", lambda: None)
+    monkeypatch.setattr(sanitizer, "missing_reason", lambda: "compute-sanitizer was not found (pip install it).")
+    assert selfcheck.sanitized("bias_grad") is None
+    assert "bias_grad: skipped under compute-sanitizer. compute-sanitizer was not found" in capsys.readouterr().out
+
+
+def test_racecheck_runs_where_the_exercises_kernel_code_declares_shared_memory(monkeypatch, tmp_path):
+    monkeypatch.setattr(env, "KERNELS", tmp_path)
+    (tmp_path / "solutions").mkdir()
+    (tmp_path / "exercises").mkdir()
+    (tmp_path / "solutions" / "ex.cuh").write_text("__global__ void k() {\n  __shared__ float s[32];\n}\n")
+    (tmp_path / "exercises" / "ex.cuh").write_text(
+        "// uses __shared__ memory\n/* a __shared__ tile */\n__global__ void k() {}\n"
+    )
+    (tmp_path / "exercises" / "glue.h").write_text("__shared__  // a C++ header is no kernel file\n")
+    assert selfcheck.sanitizer_tools("ex", solutions=True) == ["memcheck", "racecheck"]
+    assert selfcheck.sanitizer_tools("ex", solutions=False) == ["memcheck"]  # only in comments
+    assert selfcheck.sanitizer_tools("glue", solutions=False) == ["memcheck"]
+    monkeypatch.setenv("COURSE_SOLUTIONS", "1")
+    assert selfcheck.uses_shared_memory("ex")
+
+
+def test_the_course_exercises_racecheck_follows_the_answer_not_the_stub():
+    assert selfcheck.sanitizer_tools("bias_grad", solutions=True) == ["memcheck", "racecheck"]
+    assert selfcheck.sanitizer_tools("bias_grad", solutions=False) == ["memcheck"]  # the stub declares none yet
+    assert selfcheck.sanitizer_tools("polynomial_forward", solutions=True) == ["memcheck"]
+
+
+@pytest.mark.parametrize("solutions", ["0", "1"])
+def test_the_sanitized_child_reruns_the_check_on_the_gpu_with_the_seed_and_this_processs_solutions(
+    monkeypatch, solutions
+):
+    monkeypatch.setenv("COURSE_SOLUTIONS", solutions)
+    argv, child = selfcheck.sanitized_command("bias_grad", 1234)
+    assert argv == [
+        sys.executable,
+        "-c",
+        "from helpers.exercises import bias_grad as m; m.check(device='cuda', seed=1234)",
+    ]
+    assert child["COURSE_SOLUTIONS"] == solutions and str(env.REPO_ROOT) in child["PYTHONPATH"].split(os.pathsep)
+    with pytest.raises(ValueError):
+        selfcheck.sanitized_command("bias_grad; import os", 1)
+
+
+def _sanitize_with(monkeypatch, text: str, status: int = 0):
+    """sanitized() with a GPU and a tool, whose run returns the report of `text`; the runs it asked for."""
+    calls = []
+
+    def fake_run(argv, tool, **kw):
+        calls.append((argv, tool, kw))
+        found, count, warnings, notes = sanitizer.parse(text, tool)
+        return sanitizer.Report(tool, status, 4.0, found, count, warnings, notes, text)
+
+    monkeypatch.setattr(env, "cuda_mode", lambda: True)
+    monkeypatch.setattr(sanitizer, "find", lambda: Path("/fake/compute-sanitizer"))
+    monkeypatch.setattr(sanitizer, "run", fake_run)
+    return calls
+
+
+def test_a_sanitizer_finding_fails_the_check_naming_exercise_tool_and_source_line(monkeypatch, capsys):
+    calls = _sanitize_with(monkeypatch, RACECHECK)
+    with pytest.raises(AssertionError) as e:
+        selfcheck.sanitized("bias_grad", tool="racecheck", seed=77)
+    msg = str(e.value)
+    assert msg.startswith("bias_grad: not yet. Under compute-sanitizer racecheck, 1 error, 1 warning")
+    assert "The first: Race reported between write access and read access" in msg
+    assert "at /work/main/kernels/solutions/bias_grad.cuh:65" in msg or "at kernels/solutions/bias_grad.cuh:65" in msg
+    assert "__syncthreads()" in msg and "(The self-check ran with seed=77.)" in msg
+    assert [tool for _, tool, _ in calls] == ["racecheck"] and "seed=77" in calls[0][0][-1]
+    assert calls[0][2]["env"]["PYTHONPATH"] and "❌ racecheck: 1 error, 1 warning" in capsys.readouterr().out
+
+
+def test_a_check_that_fails_under_the_sanitizer_without_a_finding_says_to_run_it_plainly(monkeypatch):
+    _sanitize_with(monkeypatch, CLEAN, status=1)
+    with pytest.raises(AssertionError, match="the self-check itself failed .exit status 1. and the tool found nothing"):
+        selfcheck.sanitized("polynomial_forward", seed=1)
+
+
+def test_a_clean_run_of_every_tool_passes_and_returns_the_reports(monkeypatch, capsys):
+    monkeypatch.setenv("COURSE_SOLUTIONS", "1")
+    calls = _sanitize_with(monkeypatch, CLEAN)
+    reports = selfcheck.sanitized("bias_grad", seed=5)
+    assert [r.tool for r in reports] == ["memcheck", "racecheck"] == [tool for _, tool, _ in calls]
+    assert all(r.ok for r in reports)
+    assert "✅ bias_grad: compute-sanitizer memcheck and racecheck found no errors." in capsys.readouterr().out
