@@ -13,7 +13,7 @@ TEST_JOBS ?= 3
 SETUP := $(if $(filter $(VENV)/%,$(PY)),$(VENV)/.ready)
 PIP_QUIET := 2>&1 | grep -v -e "is ignored" -e "^$$" || true
 
-.PHONY: setup lab test test-gpu test-gpu-unit test-gpu-nb test-gpu-times bench format strip exercises clean
+.PHONY: setup lab test test-gpu test-gpu-unit test-gpu-nb test-gpu-times test-gpu-sanitize bench format strip exercises clean
 
 setup: $(SETUP)
 
@@ -42,7 +42,8 @@ test: $(SETUP)
 #                   installed: tests/conftest.py keeps the loader's tests, which build on each other, in one process)
 #   test-gpu-nb     every notebook, with solutions and in learner mode (executed copies in $(OUT))
 #   test-gpu-times  the loader's edit/build times, then the benchmark suite (quick: BENCH="--quick")
-test-gpu: test-gpu-unit test-gpu-nb test-gpu-times
+#   test-gpu-sanitize  every op's kernels under compute-sanitizer's memcheck, racecheck, initcheck and synccheck
+test-gpu: test-gpu-unit test-gpu-nb test-gpu-times test-gpu-sanitize
 
 test-gpu-unit: $(SETUP)
 	mkdir -p $(OUT)
@@ -58,6 +59,11 @@ test-gpu-times: $(SETUP)
 	mkdir -p $(OUT)
 	$(PY) -m benchmarks.loader_times --out $(OUT)/loader_times.json > $(OUT)/loader.log 2>&1; rc=$$?; tail -n 12 $(OUT)/loader.log; \
 	  $(PY) -m benchmarks.run --out $(OUT) $(BENCH) > $(OUT)/bench.log 2>&1 || rc=1; tail -n 30 $(OUT)/bench.log; exit $$rc
+
+test-gpu-sanitize: $(SETUP)
+	mkdir -p $(OUT)
+	$(PY) -m benchmarks.sanitize_sweep --out $(OUT)/sanitize > $(OUT)/sanitize.log 2>&1; \
+	  rc=$$?; tail -n 40 $(OUT)/sanitize.log; exit $$rc
 
 bench: $(SETUP)
 	$(PY) -m benchmarks.run --out results

@@ -1,7 +1,9 @@
 """helpers/sanitizer.py: compute-sanitizer's reports read as data (recorded reports of each tool, in the formats
 the tool prints), finding the tool, and the runner end to end against a fake compute-sanitizer (no GPU here);
-helpers.selfcheck.sanitized's decisions (skips, which tools, the child's command, the verdict)."""
+helpers.selfcheck.sanitized's decisions (skips, which tools, the child's command, the verdict); and
+benchmarks/sanitize_sweep.py: every op's driver lists its cases, the sweep runs and judges them (a fake tool)."""
 
+import json
 import os
 import shutil
 import sys
@@ -425,3 +427,111 @@ def test_a_clean_run_of_every_tool_passes_and_returns_the_reports(monkeypatch, c
     assert [r.tool for r in reports] == ["memcheck", "racecheck"] == [tool for _, tool, _ in calls]
     assert all(r.ok for r in reports)
     assert "✅ bias_grad: compute-sanitizer memcheck and racecheck found no errors." in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------------------------------
+# benchmarks/sanitize_sweep.py: the drivers (listed here, run on the GPU) and the sweep (a fake tool here)
+# --------------------------------------------------------------------------------------------------
+
+
+def test_every_op_in_helpers_ops_has_a_driver():
+    from benchmarks import sanitize_sweep
+    from helpers import ops
+
+    assert sorted(sanitize_sweep.DRIVERS) == ops.op_modules()
+
+
+def test_the_sanitize_sweep_is_not_mistaken_for_a_benchmark():
+    from benchmarks import run
+
+    assert "sanitize_sweep" not in run.benchmark_names()
+
+
+@pytest.mark.parametrize(
+    "op", ["add_norm", "dropout", "fused_bias_relu", "layernorm", "norm_dropout", "polynomial", "rmsnorm"]
+)
+def test_each_driver_lists_its_cases_in_every_dtype_without_a_gpu(op, capsys):
+    from benchmarks import sanitize_sweep
+
+    assert sanitize_sweep.main(["--driver", op, "--list", "--arch", "90"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines and all(line.startswith("case ") for line in lines)
+    assert lines[0].startswith(f"case 1/{len(lines)}: {op} ") and lines[-1].startswith(f"case {len(lines)}/")
+    for dtype in ("float32", "float64", "float16", "bfloat16"):
+        assert any(f" {dtype} " in line for line in lines), dtype
+
+
+def test_the_hopper_paths_are_listed_for_sm_90_only(capsys):
+    from benchmarks import sanitize_sweep
+
+    hopper = {}
+    for arch in (80, 90):
+        sanitize_sweep.main(["--driver", "rmsnorm", "--list", "--arch", str(arch)])
+        hopper[arch] = capsys.readouterr().out
+    for kernel in ("forward_bulk_kernel", "backward_bulk_kernel", "backward_v2_bulk_kernel<kRms>", "over a cluster"):
+        assert kernel in hopper[90]
+    assert "forward_bulk_kernel" not in hopper[80] and "backward_v2_bulk_kernel" not in hopper[80]
+    assert "backward_long_rows_kernel" in hopper[80] and "misaligned" in hopper[80]
+
+
+def test_the_layernorm_driver_runs_every_version_and_every_kernel_choice(capsys):
+    from benchmarks import sanitize_sweep
+
+    labels = [c.label() for c in sanitize_sweep.cases("layernorm", sanitize_sweep.Device())]
+    for variant in ("v1 ", "v2 ", "v3 ", "v3 and v2 kernels ", "op ", "op no weight ", "op float32 weight "):
+        assert any(label.startswith(variant) for label in labels), variant
+    assert any("ladder forward v3 and backward v2" in label for label in labels)
+
+
+def _sweep_tool(tmp_path: Path) -> Path:
+    """A compute-sanitizer that runs nothing and reports a race under racecheck, a clean run otherwise."""
+    (tmp_path / "race.txt").write_text(RACECHECK)
+    (tmp_path / "clean.txt").write_text(CLEAN)
+    body = f'if [ "$2" = racecheck ]; then {CAT} "{tmp_path}/race.txt"; else {CAT} "{tmp_path}/clean.txt"; fi'
+    return _fake_tool(tmp_path / "bin" / "compute-sanitizer", body)
+
+
+def test_the_sweep_runs_each_driver_alone_then_under_each_tool_and_fails_on_a_finding(tmp_path, capsys):
+    from benchmarks import sanitize_sweep as sw
+
+    out = tmp_path / "out"
+    argv_of = lambda op: [sys.executable, "-c", f"print('case 1/1: {op}')"]  # noqa: E731
+    results = sw.run_sweep(
+        ["memcheck", "racecheck"], ["dropout", "rmsnorm"], out, jobs=2, argv_of=argv_of, exe=_sweep_tool(tmp_path)
+    )
+    assert [(r.op, r.tool) for r in results] == [
+        ("dropout", "plain"), ("rmsnorm", "plain"),
+        ("dropout", "memcheck"), ("dropout", "racecheck"), ("rmsnorm", "memcheck"), ("rmsnorm", "racecheck"),
+    ]  # fmt: skip
+    assert [r.ok for r in results] == [True, True, True, False, True, False]
+    assert (out / "plain-dropout.log").read_text() == "case 1/1: dropout\n"
+    assert "RACECHECK SUMMARY" in (out / "racecheck-rmsnorm.log").read_text()
+    saved = json.loads((out / "sanitize.json").read_text())
+    race = next(r for r in saved["results"] if (r["op"], r["tool"]) == ("rmsnorm", "racecheck"))
+    assert (race["errors"], race["warnings"], race["ok"]) == (1, 1, False)
+    assert race["findings"][0]["kind"] == "race" and race["findings"][0]["location"].endswith("bias_grad.cuh:65")
+    assert sw.report(results, ["memcheck", "racecheck"], ["dropout", "rmsnorm"], out) == 1
+    shown = capsys.readouterr().out
+    assert "dropout" in shown and "1 err+1w" in shown and "0 err" in shown and "4 of 6 runs clean" in shown
+    assert "❌ racecheck: 1 error, 1 warning" in shown
+
+
+def test_a_driver_that_fails_alone_is_reported_and_not_sanitized(tmp_path, capsys):
+    from benchmarks import sanitize_sweep as sw
+
+    argv_of = lambda op: [sys.executable, "-c", "raise SystemExit(3)"]  # noqa: E731
+    results = sw.run_sweep(["memcheck"], ["polynomial"], tmp_path / "out", argv_of=argv_of, exe=_sweep_tool(tmp_path))
+    assert [(r.tool, r.ok, r.returncode) for r in results] == [("plain", False, 3)]
+    assert sw.report(results, ["memcheck"], ["polynomial"], tmp_path / "out") == 1
+    shown = capsys.readouterr().out
+    assert "FAILED" in shown and "skipped" in shown
+
+
+def test_the_sweep_without_a_gpu_checks_nothing_and_fails(monkeypatch, capsys):
+    from benchmarks import sanitize_sweep as sw
+
+    monkeypatch.setattr(env, "cuda_mode", lambda: False)
+    assert sw.main(["--ops", "dropout"]) == 1
+    assert "no GPU here" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        sw.main(["--ops", "nosuchop"])
