@@ -149,3 +149,15 @@ def scan(fn, reference, make_input, sizes, *, rtol: float = 1e-5, atol: float = 
         rows.append(ScanRow(size, n == 0, n, first))
         print(f"{str(size):>14}: {'ok' if n == 0 else f'{n} of {a.numel()} wrong, ' + first}")
     return rows
+
+
+def sanitize(code: str, tool: str = "memcheck", *, caching: bool = False, timeout: float = 600):
+    """`code` (Python source, dedented) as a script run under compute-sanitizer's `tool` in a child process
+    (helpers.sanitizer.run); returns its Report (.summary(), .show(), .errors). caching=True leaves PyTorch's
+    caching allocator on, to show what it hides; the default turns it off (PYTORCH_NO_CUDA_MEMORY_CACHING=1)."""
+    from . import sanitizer
+
+    script = env.cache_root() / "debug" / f"sanitize_{os.getpid()}.py"
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(_PRELUDE + textwrap.dedent(code))
+    return sanitizer.run([sys.executable, str(script)], tool, timeout=timeout, cwd=env.REPO_ROOT, caching=caching)

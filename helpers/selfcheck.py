@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import random
 import re
@@ -262,6 +263,9 @@ def large_case(
     if not (env.cuda_mode() and torch.cuda.is_available()):
         print(f"ℹ️  {name}: the > 2^31-element case needs a GPU; skipped.")
         return False
+    if sanitizing():
+        print(f"ℹ️  {name}: the > 2^31-element case is left out under compute-sanitizer (it would take minutes).")
+        return False
     size = torch.empty((), dtype=dtype).element_size()
     free, _ = torch.cuda.mem_get_info()
     candidates = [numel] if numel else [(1 << 32) + 4099, (1 << 31) + 4099]
@@ -411,7 +415,34 @@ def sanitized_command(name: str, seed: int) -> tuple[list[str], dict[str, str]]:
     return [sys.executable, "-c", code], {
         "COURSE_SOLUTIONS": "1" if env.solutions_enabled() else "0",
         "PYTHONPATH": path,
+        SANITIZING: "1",
     }
+
+
+# Set in the child that sanitized() runs: the checks keep every case that reaches a new line of the learner's
+# code, and leave out what only repeats or scales (the > 2^31-element case, repeated race runs), which under
+# the tool's 10-100x slowdown would take minutes.
+SANITIZING = "COURSE_SANITIZING"
+
+
+def sanitizing() -> bool:
+    """Whether this self-check runs under compute-sanitizer (in sanitized()'s child process)."""
+    return os.environ.get(SANITIZING) == "1"
+
+
+def sanitizable(check):
+    """Decorator for an exercise's check(): adds `sanitize=False`; check(sanitize=True) first runs the check of
+    the GPU part under compute-sanitizer (sanitized(), with the same seed), then the check itself."""
+    name = check.__module__.rsplit(".", 1)[-1]
+
+    @functools.wraps(check)
+    def wrapper(*args, sanitize: bool = False, **kwargs):
+        if sanitize:
+            kwargs["seed"] = new_seed(kwargs.get("seed"))
+            sanitized(name, seed=kwargs["seed"])
+        return check(*args, **kwargs)
+
+    return wrapper
 
 
 def sanitized(name: str, tool: str | None = None, seed: int | None = None, timeout: float = 1200):

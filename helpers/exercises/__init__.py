@@ -76,7 +76,10 @@ def make_stub(text: str) -> str:
     def todo(m: re.Match) -> str:
         answer, stub = _split_stub(m.group(2))
         if stub is not None:  # a find-and-fix exercise: the learner starts from the broken code
-            return f"{m.group(1)}// TODO(exercise): find and fix the bugs in this code (the file's header says how many).\n" + stub
+            return (
+                f"{m.group(1)}// TODO(exercise): find and fix the bugs in this code (the file's header says how many).\n"
+                + stub
+            )
         return f"{m.group(1)}// TODO(exercise): your code here (the solution is {_lines(m)} lines).\n"
 
     def py_todo(m: re.Match) -> str:

@@ -71,13 +71,12 @@ def _large(ext):
     return yours
 
 
-def check(device=None, ext=None, seed=None, sanitize: bool = False) -> int:
+@selfcheck.sanitizable
+def check(device=None, ext=None, seed=None) -> int:
     """Your y = a * x + b against float64: the CPU loop (Part 1), and on a GPU the kernel (Part 2), also on a
     tensor of more than 2^31 elements where the GPU has the memory. sanitize=True first runs the GPU part under
     compute-sanitizer's memcheck in a child process and shows the report."""
     seed = selfcheck.new_seed(seed)
-    if sanitize:
-        selfcheck.sanitized(NAME, seed=seed)
     ext = ext or loader.load(OP)
     cases = 0
     with selfcheck.exercise(NAME):

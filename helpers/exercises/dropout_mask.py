@@ -52,6 +52,7 @@ def _huge(shape, dtype, device, g):
     return x * 1e29, 0.5, seed, offset
 
 
+@selfcheck.sanitizable
 def check(device=None, ext=None, seed=None) -> int:
     """forward(x, p, seed, offset) against the course's mask on every part: the CPU, and in CUDA mode the GPU
     (the same function of yours). Every dtype and shape with random x, p, seed and offset, then p = 0 (a copy of

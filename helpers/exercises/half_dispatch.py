@@ -103,6 +103,7 @@ def _check_dispatched(ext, device, name: str) -> None:
             )
 
 
+@selfcheck.sanitizable
 def check(device=None, ext=None, seed=None) -> int:
     """forward(x) against the mean of squares in float64, on every part: the CPU, and in CUDA mode the GPU (the
     same two functions of yours). First every dtype must be dispatched; then float32 and float64 rows of every

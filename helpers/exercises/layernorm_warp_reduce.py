@@ -78,6 +78,7 @@ TOLERANCES = {
 }
 
 
+@selfcheck.sanitizable
 def check(device=None, ext=None, seed=None) -> int:
     """Forward v2 (y, mean, rstd) against the reference on every part you wrote: your CPU row statistics
     (Part 1), and in CUDA mode your warp_sum (Part 2). Every dtype and shape, each with random values, scale,

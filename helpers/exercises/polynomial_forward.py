@@ -183,6 +183,7 @@ def _launch_checked(ext, name: str, seed: int) -> None:
     )
 
 
+@selfcheck.sanitizable
 def check(device=None, ext=None, seed=None) -> int:
     """Forward version 1 against the reference on every part you wrote: the CPU loop (Part 1), and on a GPU
     machine also the CUDA kernel and its launcher (Parts 2 and 3): a tensor of more than 2^31 elements, the

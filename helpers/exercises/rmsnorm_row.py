@@ -114,6 +114,7 @@ TOLERANCES = {torch.float32: dict(rtol=1e-5, atol=1e-3)}
 CANCELLING = [((3, 257), torch.float32), *(((3, n), d) for n in (257, 1025) for d in (torch.float16, torch.bfloat16))]
 
 
+@selfcheck.sanitizable
 def check(device=None, ext=None, seed=None) -> int:
     """backward(grad_y, x, rstd, weight) -> grad_x against autograd on every part you wrote: your CPU loop (Part
     1), and in CUDA mode your kernel (Part 2), over four dtypes, awkward row lengths and counts, random values,
