@@ -115,16 +115,16 @@ class Report:
         for i, f in enumerate(self.errors[:limit], 1):
             lines.append(f"{i}. {f.what}" + (f" ({f.severity})" if f.severity != "error" else ""))
             if f.kernel:
-                lines.append(f"   kernel:  {_short(f.kernel)}")
+                lines.append(f"   kernel:  {short(f.kernel)}")
             if f.function and f.function != f.kernel:
-                lines.append(f"   in:      {_short(f.function)}")
+                lines.append(f"   in:      {short(f.function)}")
             if f.location:
                 lines.append(f"   where:   {relative(f.location)}")
                 src = source_line(f.location)
                 if src:
                     lines.append(f"            {src}")
             if f.thread:
-                where = f"thread {_dim(f.thread)}" + (f" in block {_dim(f.block)}" if f.block else "")
+                where = f"thread {dims(f.thread)}" + (f" in block {dims(f.block)}" if f.block else "")
                 lines.append(f"   by:      {where}")
             if f.detail:
                 lines.append(f"   detail:  {f.detail}")
@@ -145,11 +145,13 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
 
 
-def _dim(d) -> str:
+def dims(d) -> str:
+    """A thread or block index as the tool prints it: (x,y,z)."""
     return "(" + ",".join(map(str, d)) + ")"
 
 
-def _short(name: str, width: int = 110) -> str:
+def short(name: str, width: int = 110) -> str:
+    """A kernel's name cut to `width` characters (a templated kernel's signature runs to hundreds)."""
     return name if len(name) <= width else name[: width - 3] + "..."
 
 
@@ -181,6 +183,7 @@ _PREFIX = re.compile(r"^={9}(?!=) ?(.*)$")
 _HEADLINES = [  # (kind, pattern) in the order they are tried; "size" groups give the access size
     (INVALID_ACCESS, r"Invalid (?:__\w+__ )?(?:read|write|atomic)\w*(?: access)? of size (?P<size>\d+)"),
     (UNINITIALIZED, r"Uninitialized (?:__\w+__ )?memory read of size (?P<size>\d+)"),
+    (UNINITIALIZED, r"Host API uninitialized memory access.*"),
     (UNUSED_MEMORY, r"Unused memory in allocation"),
     (RACE, r"(?:(?P<sev>Error|Warning|Info|ERROR|WARNING|INFO): )?Race reported between (?P<access>.+)"),
     (RACE, r"(?P<sev>Error|Warning|Info|ERROR|WARNING|INFO): Potential (?:RAW|WAR|WAW) hazard detected at .+"),

@@ -476,26 +476,26 @@ def sanitized(name: str, tool: str | None = None, seed: int | None = None, timeo
 def sanitizer_verdict(name: str, report: sanitizer.Report, seed: int) -> str:
     """The failure message of sanitized() for a report that is not ok."""
     head = f"{name}: not yet. Under compute-sanitizer {report.tool}"
-    errors = [f for f in report.errors if f.severity == "error"] or report.errors
+    errors = [f for f in report.errors if f.severity == "error"]
     if errors:
         f = errors[0]
         msg = f"{head}, {report.summary().split(': ', 1)[1]}. The first: {f.what}"
         if f.kernel:
-            msg += f"\n  in kernel {sanitizer._short(f.kernel, 90)}"
+            msg += f"\n  in kernel {sanitizer.short(f.kernel, 90)}"
         if f.location:
             src = sanitizer.source_line(f.location)
             msg += f"\n  at {sanitizer.relative(f.location)}" + (f":  {src}" if src else "")
         if f.thread:
-            msg += f"\n  by thread {sanitizer._dim(f.thread)}" + (
-                f" in block {sanitizer._dim(f.block)}" if f.block else ""
+            msg += f"\n  by thread {sanitizer.dims(f.thread)}" + (
+                f" in block {sanitizer.dims(f.block)}" if f.block else ""
             )
         if f.kind in _ADVICE:
             msg += f"\nWhat it means: {_ADVICE[f.kind]}."
     elif report.timed_out:
-        msg = f"{head} the self-check ran past {report.seconds:.0f} s and was stopped."
+        msg = f"{head}, the self-check ran past {report.seconds:.0f} s and was stopped."
     elif report.returncode:
         msg = (
-            f"{head} the self-check itself failed (exit status {report.returncode}) and the tool found nothing: "
+            f"{head}, the self-check itself failed (exit status {report.returncode}) and the tool found nothing: "
             "run the check without the sanitizer first, it says what is wrong."
         )
     else:
