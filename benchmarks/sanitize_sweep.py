@@ -99,10 +99,10 @@ def _tensor(shape, dtype, seed=0, offset=0, grad=False) -> torch.Tensor:
 
 
 def _inputs(case: Case):
-    """(x, offset) for each shape and offset of the case, x differentiable."""
+    """x for each shape and offset of the case, differentiable."""
     for shape in case.shapes:
         for offset in case.offsets:
-            yield _tensor(shape, case.dtype, 0, offset, grad=True), offset
+            yield _tensor(shape, case.dtype, 0, offset, grad=True)
 
 
 def _backward(outs) -> None:
@@ -111,9 +111,9 @@ def _backward(outs) -> None:
     torch.autograd.backward(outs, [torch.randn_like(o) for o in outs])
 
 
-def _params(n, dtype, *, bias=True):
-    w = _tensor((n,), dtype, 1, grad=True)
-    return (w, _tensor((n,), dtype, 2, grad=True)) if bias else w
+def _params(n, dtype):
+    """A norm's weight and bias, differentiable."""
+    return _tensor((n,), dtype, 1, grad=True), _tensor((n,), dtype, 2, grad=True)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -129,7 +129,7 @@ def polynomial_cases(dev: Device) -> list[Case]:
 
 def polynomial_run(case: Case) -> None:
     version = None if case.variant == "op" else int(case.variant[1:])
-    for x, _ in _inputs(case):
+    for x in _inputs(case):
         # backward v1 (the exercise's kernel) computes grad_x only
         coeffs = torch.tensor([0.5, -1.0, 2.0, 0.25], device=DEVICE, dtype=case.dtype, requires_grad=version != 1)
         _backward(poly.polynomial(x, coeffs, version=version))
@@ -150,7 +150,7 @@ def fused_bias_relu_run(case: Case) -> None:
     ext = fbr.extension("fused_bias_relu")
     kind, _, v = case.variant.rpartition(" v")
     kind, v = (kind, int(v)) if v.isdigit() else (case.variant, 0)
-    for x, _ in _inputs(case):
+    for x in _inputs(case):
         b = _tensor(x.shape[-1:], case.dtype, 1, grad=True)
         gy = torch.randn_like(x)
         xd, bd = x.detach(), b.detach()
@@ -178,7 +178,7 @@ def dropout_cases(dev: Device) -> list[Case]:
 
 def dropout_run(case: Case) -> None:
     ext = dr.extension("dropout")
-    for x, _ in _inputs(case):
+    for x in _inputs(case):
         if case.variant.startswith("op"):
             p = float(case.variant.split("=")[1]) if "=" in case.variant else P
             _backward(dr.dropout(x, p))
@@ -242,7 +242,7 @@ def rmsnorm_cases(dev: Device) -> list[Case]:
 
 def rmsnorm_run(case: Case) -> None:
     version = None if case.variant.startswith("op") else int(case.variant[1:])
-    for x, _ in _inputs(case):
+    for x in _inputs(case):
         n = x.shape[-1]
         w = (
             None
@@ -278,7 +278,7 @@ def layernorm_cases(dev: Device) -> list[Case]:
 
 def layernorm_run(case: Case) -> None:
     ext = ln.extension("layernorm")
-    for x, _ in _inputs(case):
+    for x in _inputs(case):
         n = x.shape[-1]
         w, b = _params(n, F32 if "float32" in case.variant else x.dtype)
         if case.variant == "v3 and v2 kernels":
@@ -323,7 +323,7 @@ def add_norm_cases(dev: Device) -> list[Case]:
 
 
 def add_norm_run(case: Case) -> None:
-    for x, _ in _inputs(case):
+    for x in _inputs(case):
         n = x.shape[-1]
         residual = _tensor(x.shape, x.dtype, 3, grad=True)
         w, b = _params(n, x.dtype)
@@ -347,7 +347,7 @@ def norm_dropout_cases(dev: Device) -> list[Case]:
 def norm_dropout_run(case: Case) -> None:
     """The op (train and eval) through autograd, and the module's forward v1 with backward v1 and v2."""
     ext = ndr.extension("norm_dropout")
-    for x, _ in _inputs(case):
+    for x in _inputs(case):
         n = x.shape[-1]
         w = _tensor((n,), x.dtype, 1, grad=True)
         _backward(ndr.rms_norm_dropout(x, (n,), w, None, P))
