@@ -465,13 +465,17 @@ def command(
     ]  # fmt: skip
 
 
-def child_env(env: dict | None = None) -> dict:
-    """This process's environment, `env` on top, and what every sanitized PyTorch program needs."""
+def child_env(env: dict | None = None, caching: bool = False) -> dict:
+    """This process's environment, `env` on top, and PyTorch's caching allocator off (caching=False)."""
     out = {**os.environ, **(env or {})}
     # PyTorch's caching allocator carves tensors out of large blocks it took from cudaMalloc, so a kernel that
     # runs past the end of its tensor lands inside the same block, memory the tool sees as allocated: memcheck
     # would miss it. With caching off every tensor is its own cudaMalloc, whose end the tool knows.
-    out["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
+    # (caching=True keeps the allocator, to show what it hides.)
+    if caching:
+        out.pop("PYTORCH_NO_CUDA_MEMORY_CACHING", None)
+    else:
+        out["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
     return out
 
 
@@ -505,16 +509,18 @@ def run(
     cwd=None,
     sanitizer: Path | str | None = None,
     api_errors: str = "no",
+    caching: bool = False,
 ) -> Report:
     """Run `argv` (a program and its arguments) under compute-sanitizer's `tool` in a child process and parse
     what it reports. env: variables for the child on top of this process's; extra: more options for the tool
     (say ("--racecheck-report", "hazard") for every hazard with its threads). Raises FileNotFoundError with
-    missing_reason() where there is no compute-sanitizer."""
+    missing_reason() where there is no compute-sanitizer. caching=True leaves PyTorch's caching allocator on
+    (child_env says why it is off)."""
     exe = sanitizer or find()
     if exe is None:
         raise FileNotFoundError(missing_reason())
     cmd = command(argv, tool, extra, sanitizer=exe, api_errors=api_errors)
-    returncode, output, seconds = execute(cmd, child_env(env), timeout, cwd)
+    returncode, output, seconds = execute(cmd, child_env(env, caching), timeout, cwd)
     findings, count, warnings, notes = parse(output, tool)
     return Report(
         tool=tool, returncode=returncode, seconds=seconds, errors=findings, error_count=count,

@@ -309,6 +309,12 @@ def test_run_calls_the_tool_with_the_program_and_turns_pytorchs_caching_allocato
     assert report.command[0] == str(tmp_path / "bin" / "compute-sanitizer")
 
 
+def test_run_can_leave_pytorchs_caching_allocator_on_to_show_what_it_hides(nowhere, monkeypatch, tmp_path):
+    monkeypatch.setenv("PYTORCH_NO_CUDA_MEMORY_CACHING", "1")
+    sanitizer.run(["prog"], sanitizer=_canned(tmp_path, CLEAN), env={"COURSE_MARK": "y"}, caching=True)
+    assert (tmp_path / "env.txt").read_text().split() == ["y"]
+
+
 def test_run_reports_the_programs_exit_status_and_a_clean_run_is_ok(nowhere, tmp_path):
     exe = _canned(tmp_path, CLEAN, status=3)
     report = sanitizer.run(["prog"], sanitizer=exe)
