@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .env import REPO_ROOT
+from .env import REPO_ROOT, cache_root
 
 
 class WheelError(RuntimeError):
@@ -100,8 +100,16 @@ def build(
         if old.name.startswith("course_ops-"):
             old.unlink()
     cmd = [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-q", "-w", str(out), "."]
-    t0 = time.perf_counter()
-    _run(cmd, "building the wheel", env=env, cwd=REPO_ROOT)
+    # Builds in the build cache's shared folders wait for each other (two notebooks, or two test processes,
+    # compiling into one folder at once would overwrite each other's objects); a build folder of its own does not.
+    from .loader.process import _Lock
+
+    shared = build_dir is None
+    if shared:
+        (cache_root() / "wheel").mkdir(parents=True, exist_ok=True)
+    with _Lock(cache_root() / "wheel" / "lock", timeout=1800) if shared else contextlib.nullcontext():
+        t0 = time.perf_counter()  # the time of the build, not of the wait
+        _run(cmd, "building the wheel", env=env, cwd=REPO_ROOT)
     seconds = time.perf_counter() - t0
     made = sorted(out.glob("course_ops-*.whl"), key=lambda p: p.stat().st_mtime)
     if not made:

@@ -13,8 +13,8 @@ What a wrong answer cannot get past:
 * the missing barriers: a large case run many times must match the reference with the same bits every time
   (a fixed order of additions gives the same bits; a data race does not);
 * deleting the work: an empty kernel leaves NaN.
-`check(sanitize=True)` first runs the GPU part under compute-sanitizer (racecheck, initcheck and memcheck)
-in a child process and shows its reports."""
+`check(sanitize=True)` first runs the GPU part under compute-sanitizer (memcheck and racecheck) in a child
+process and shows its reports."""
 
 from __future__ import annotations
 
@@ -51,9 +51,10 @@ def _hint(device: torch.device) -> str:
     if device.type == "cpu":
         return "how many elements does a row have, and which ones does the inner loop visit? Part 1 of the file"
     return (
-        "run check(sanitize=True): racecheck names the two lines that race on shared memory, initcheck the "
-        "read of a slot nobody wrote. Every thread writes its slot (0 if it has nothing to add), and "
-        "__syncthreads() separates each write of shared memory from the reads of it by other warps"
+        "run check(sanitize=True): racecheck names the two lines that race on shared memory. A slot nobody "
+        "wrote no tool reports (a row of zeros that does not sum to 0 shows it): every thread writes its slot, 0 "
+        "if it has nothing to add, and __syncthreads() separates each write of shared memory from other warps' "
+        "reads of it"
     )
 
 
@@ -78,7 +79,7 @@ def _dirty_shared_memory(ext) -> None:
 
 
 def _short_rows_case(ext, yours, title: str, seed: int) -> int:
-    rows = 200 if selfcheck.sanitizing() else 20000  # initcheck reports an unwritten slot in any block
+    rows = 200 if selfcheck.sanitizing() else 20000  # fewer blocks under the tool: its runs are 10-100x slower
     g = torch.Generator().manual_seed(seed)
     (x,) = _inputs((rows, 100), torch.float32, torch.device("cuda"), g)
     _dirty_shared_memory(ext)

@@ -88,7 +88,9 @@ void block_sum_into(const at::Tensor& x, at::Tensor& out, int64_t bug) {
   check_float_contiguous(out, "out");
   check_same_device(out, "out", x, "x");
   check_shape(out, "out", {x.size(0)});
-  TORCH_CHECK_VALUE(bug == 2 || bug == 3, "bug must be 2 (no __syncthreads) or 3 (uninitialized shared memory), got ",
+  TORCH_CHECK_VALUE(bug == 2 || bug == 3 || bug == 8,
+                    "bug must be 2 (no __syncthreads), 3 (uninitialized shared memory) or 8 (a barrier in a branch), "
+                    "got ",
                     std::to_string(bug));
   const OnDevice on(x);
   block_sum_broken(x.data_ptr<float>(), out.data_ptr<float>(), x.size(0), x.size(1), int(bug), on.stream);
@@ -139,6 +141,17 @@ at::Tensor gather(const at::Tensor& x, const at::Tensor& index) {
   return out;
 }
 
+// y = 2x by adding into the output. Bug 7 (fixed=false): the output comes from at::empty, memory nobody wrote.
+at::Tensor double_by_adding(const at::Tensor& x, bool fixed) {
+  check_gpu(x, "x");
+  check_float_contiguous(x, "x");
+  at::Tensor y = fixed ? at::zeros_like(x) : at::empty_like(x);
+  if (x.numel() == 0) return y;
+  const OnDevice on(x);
+  accumulate(x.data_ptr<float>(), y.data_ptr<float>(), x.numel(), on.stream);
+  return y;
+}
+
 at::Tensor double_printf_(const at::Tensor& x) {
   check_gpu(x, "x");
   check_float_contiguous(x, "x");
@@ -158,8 +171,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 #ifdef WITH_CUDA
   m.def("double_tail_into", &double_tail_into, "bug 1 (fixed=False): y = 2x with no bounds check", py::arg("x"),
         py::arg("y"), py::arg("fixed"));
-  m.def("block_sum_into", &block_sum_into, "bugs 2 and 3: a block reduction without a barrier / with unset slots",
+  m.def("block_sum_into", &block_sum_into,
+        "bugs 2, 3 and 8: a block reduction without a barrier / with unset slots / with a barrier in a branch",
         py::arg("x"), py::arg("out"), py::arg("bug"));
+  m.def("double_by_adding", &double_by_adding, "bug 7 (fixed=False): y += 2x into memory nobody wrote",
+        py::arg("x"), py::arg("fixed"));
   m.def("double_threads_into", &double_threads_into, "bug 4: y = 2x launched with `threads` per block",
         py::arg("x"), py::arg("y"), py::arg("threads"), py::arg("checked"));
   m.def("double_stream_into", &double_stream_into, "bug 5 (fixed=False): y = 2x on the legacy default stream",

@@ -9,7 +9,8 @@
 //   bug 2  block_sum_nosync_kernel                          a shared-memory tree without __syncthreads():
 //          sums that change from run to run. Found by: repeating a run, racecheck.
 //   bug 3  block_sum_uninit_kernel                          threads past the row's end never write their
-//          shared slot, the tree adds it anyway. Found by: short rows, initcheck.
+//          shared slot, the tree adds it anyway. Found by: zeros in, not zero out; short rows after a launch that
+//          leaves values in shared memory (no compute-sanitizer tool checks shared memory for unwritten reads).
 //   bug 4  double_threads (threads=2048, checked=false)     2,048 threads per block (the limit is 1,024): the
 //          launch fails, nothing runs, and without a launch check nothing says so. Found by: the launch check.
 //   bug 5  double_stream (fixed=false)                       launched on the legacy default stream, not on
@@ -17,6 +18,10 @@
 //          capture. Found by: a capture (it fails), reading the launch.
 //   bug 6  add_one_bytes_bug_kernel / add_one_bytes_kernel   a 32-bit int index: past 2^31 elements it turns
 //          negative and the kernel writes before the tensor. Found by: a tensor of 2^31 + a few bytes.
+//   bug 7  accumulate_kernel (fixed=false)                   y += 2x into an output allocated with empty, not
+//          zeros: it adds to whatever the memory held. Found by: initcheck (a read of global memory never written).
+//   bug 8  block_sum_divergent_sync_kernel                   __syncthreads() inside `if (threadIdx.x < stride)`:
+//          a barrier only some threads reach. Found by: synccheck.
 //   tools  gather_checked_kernel                             a device-side assert on an index out of range
 //          double_printf_kernel                              printf from a kernel
 #include <cassert>
@@ -42,14 +47,18 @@ __global__ void double_tail_kernel(const float* x, float* y, int64_t n) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// bugs 2 and 3: a block reduction in shared memory (one block of 256 threads per row)
+// bugs 2, 3 and 8: a block reduction in shared memory (one block of 256 threads per row)
 // ---------------------------------------------------------------------------------------------------------
-__global__ void block_sum_nosync_kernel(const float* x, float* out, int64_t cols) {
-  __shared__ float partial[kThreads];
-  const float* row = x + blockIdx.x * cols;
+// Thread t's share of a row: elements t, t + 256, t + 512, ... (0 for a thread past a short row's end).
+__device__ float strided_sum(const float* row, int64_t cols) {
   float s = 0.f;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) s += row[c];
-  partial[threadIdx.x] = s;
+  return s;
+}
+
+__global__ void block_sum_nosync_kernel(const float* x, float* out, int64_t cols) {
+  __shared__ float partial[kThreads];
+  partial[threadIdx.x] = strided_sum(x + blockIdx.x * cols, cols);
   // BUG: no __syncthreads() here nor after each step: a warp reads slots other warps have not written yet
   for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
     if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
@@ -59,11 +68,8 @@ __global__ void block_sum_nosync_kernel(const float* x, float* out, int64_t cols
 
 __global__ void block_sum_uninit_kernel(const float* x, float* out, int64_t cols) {
   __shared__ float partial[kThreads];
-  const float* row = x + blockIdx.x * cols;
   if (threadIdx.x < cols) {  // BUG: a thread past a short row's end leaves its slot as it was
-    float s = 0.f;
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) s += row[c];
-    partial[threadIdx.x] = s;
+    partial[threadIdx.x] = strided_sum(x + blockIdx.x * cols, cols);
   }
   __syncthreads();
   for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
@@ -71,6 +77,28 @@ __global__ void block_sum_uninit_kernel(const float* x, float* out, int64_t cols
     __syncthreads();
   }
   if (threadIdx.x == 0) out[blockIdx.x] = partial[0];
+}
+
+// bug 8: the barrier inside the branch
+__global__ void block_sum_divergent_sync_kernel(const float* x, float* out, int64_t cols) {
+  __shared__ float partial[kThreads];
+  partial[threadIdx.x] = strided_sum(x + blockIdx.x * cols, cols);
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) {
+      partial[threadIdx.x] += partial[threadIdx.x + stride];
+      __syncthreads();  // BUG: threads >= stride never reach this barrier
+    }
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = partial[0];
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// bug 7: adding into memory nobody wrote
+// ---------------------------------------------------------------------------------------------------------
+__global__ void accumulate_kernel(const float* x, float* y, int64_t n) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i < n) y[i] += 2.f * x[i];  // reads y: right only if y started at 0
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -121,9 +149,16 @@ void double_tail(const float* x, float* y, int64_t n, bool fixed, cudaStream_t s
 void block_sum_broken(const float* x, float* out, int64_t rows, int64_t cols, int bug, cudaStream_t stream) {
   if (bug == 2) {
     block_sum_nosync_kernel<<<rows, kThreads, 0, stream>>>(x, out, cols);
-  } else {
+  } else if (bug == 3) {
     block_sum_uninit_kernel<<<rows, kThreads, 0, stream>>>(x, out, cols);
+  } else {
+    block_sum_divergent_sync_kernel<<<rows, kThreads, 0, stream>>>(x, out, cols);
   }
+  COURSE_LAUNCH_CHECK();
+}
+
+void accumulate(const float* x, float* y, int64_t n, cudaStream_t stream) {
+  accumulate_kernel<<<ceil_div<int64_t>(n, kThreads), kThreads, 0, stream>>>(x, y, n);
   COURSE_LAUNCH_CHECK();
 }
 

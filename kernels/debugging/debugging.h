@@ -23,4 +23,5 @@ void double_stream(const float* x, float* y, int64_t n, bool fixed, cudaStream_t
 void add_one_bytes(uint8_t* x, int64_t n, bool fixed, cudaStream_t stream);
 void gather_checked(const float* x, const int64_t* index, float* out, int64_t n, int64_t size, cudaStream_t stream);
 void double_printf(const float* x, float* y, int64_t n, cudaStream_t stream);
+void accumulate(const float* x, float* y, int64_t n, cudaStream_t stream);
 #endif
