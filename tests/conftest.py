@@ -35,14 +35,21 @@ def load_solutions(name: str):
         return loader.load(name)
 
 
-# Files whose tests must share one process (make test runs pytest-xdist with --dist loadgroup; every other test
-# goes to whichever process is free): the loader's tests build on each other, and the packaging tests share a
-# wheel built once per process.
-ONE_PROCESS = ("tests/infrastructure/test_loader.py", "tests/infrastructure/test_packaging.py")
+# Tests that must share one process (make test runs pytest-xdist with --dist loadgroup; every other test goes
+# to whichever process is free): the loader's tests build on each other; and everything that builds a wheel in
+# the build cache's shared folders (helpers/wheel.py: such builds wait for each other, so spread over processes
+# they would leave all but one waiting).
+ONE_PROCESS = {
+    "tests/infrastructure/test_loader.py": "loader",
+    "tests/infrastructure/test_packaging.py": "wheels",
+}
+WHEELS = ("wheel_square", "06_packaging")  # lesson 06's exercise and notebook build wheels too
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        path = item.nodeid.split("::")[0]
-        if path in ONE_PROCESS:
-            item.add_marker(pytest.mark.xdist_group(path))
+        group = ONE_PROCESS.get(item.nodeid.split("::")[0])
+        if group is None and any(name in item.nodeid for name in WHEELS):
+            group = "wheels"
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
