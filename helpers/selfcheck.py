@@ -362,6 +362,40 @@ def passed_now(name: str, message: str) -> None:
     print(f"✅ {name}: {message}")
 
 
+def same_every_run(
+    title: str,
+    run,
+    want: torch.Tensor,
+    *,
+    name: str,
+    case: str,
+    repeats: int,
+    hint: str,
+    seed: int,
+    why: str,
+    tolerances: dict | None = None,
+) -> int:
+    """The check for a data race, which shows in some runs only: `run()` `repeats` times, each result close to
+    `want` and with the first run's bits (a fixed order of additions gives the same bits every time; a race
+    does not). Fails the way run() does at the first run that differs; returns the number of runs."""
+    first = None
+    for k in range(repeats):
+        got = run().clone()
+        try:
+            check.assert_close(got, want, name=name, **(tolerances or {}))
+            if first is not None and not torch.equal(got, first):
+                n = int((got != first).sum())
+                raise AssertionError(
+                    f"{name}: {n} of {got.numel()} values differ from the first run's bits: the same inputs give "
+                    "other sums from one run to the next"
+                )
+        except AssertionError as e:
+            fail(title, f"{case}, run {k + 1} of {repeats}", str(e), hint=hint, seed=seed, why=why)
+        first = got if first is None else first
+    print(f"✅ {title}: {repeats} runs of {case}, each matching the reference, all with the same bits.")
+    return repeats
+
+
 # --------------------------------------------------------------------------------------------------
 # Under compute-sanitizer
 # --------------------------------------------------------------------------------------------------

@@ -184,33 +184,20 @@ def _race_case(yours, title: str, seed: int, repeats: int = 30) -> int:
     shape = (16384, 4096)
     grad_y, y = _inputs(shape, torch.float32, torch.device("cuda"), g)
     want = reference(grad_y, y)
-    where = f"Case 16384x4096 float32 on cuda, run {{}} of {repeats}"
-    first = None
-    for k in range(repeats):
-        got = yours(grad_y, y).clone()
-        try:
-            _check.assert_close(got, want, name="grad_bias", **TOLERANCES[torch.float32])
-            if first is not None and not torch.equal(got, first):
-                n = int((got != first).sum())
-                raise AssertionError(
-                    f"grad_bias: {n} of {got.numel()} columns differ from the first run's bits: the same inputs "
-                    "give other sums from one run to the next"
-                )
-        except AssertionError as e:
-            selfcheck.fail(
-                title,
-                where.format(k + 1),
-                str(e),
-                hint=_hint(got.device),
-                seed=seed,
-                why="the shared-memory reduction step by step: a thread may read its partner's value only after "
-                "the partner wrote it, which only __syncthreads() guarantees across the warps of a block "
-                "(without it the result depends on how the warps happen to be scheduled)",
-            )
-        first = got if first is None else first
-    del grad_y, y
-    print(f"✅ {title}: {repeats} runs of a 16384x4096 case, each matching the reference, all with the same bits.")
-    return repeats
+    return selfcheck.same_every_run(
+        title,
+        lambda: yours(grad_y, y),
+        want,
+        name="grad_bias",
+        case="a 16384x4096 float32 case on cuda",
+        repeats=repeats,
+        tolerances=TOLERANCES[torch.float32],
+        hint=_hint(grad_y.device),
+        seed=seed,
+        why="the shared-memory reduction step by step: a thread may read its partner's value only after "
+        "the partner wrote it, which only __syncthreads() guarantees across the warps of a block "
+        "(without it the result depends on how the warps happen to be scheduled)",
+    )
 
 
 def _large_inputs(rows: int, cols: int):

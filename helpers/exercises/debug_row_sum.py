@@ -105,33 +105,25 @@ def _race_case(yours, title: str, seed: int, repeats: int = 20) -> int:
         rows, repeats = 64, 1
     g = torch.Generator().manual_seed(seed)
     (x,) = _inputs((rows, 1000), torch.float32, torch.device("cuda"), g)
-    want, first = reference(x), None
-    for k in range(repeats):
-        got = yours(x).clone()
-        try:
-            _check.assert_close(got, want, name="out", **TOLERANCES[torch.float32])
-            if first is not None and not torch.equal(got, first):
-                n = int((got != first).sum())
-                raise AssertionError(f"out: {n} of {got.numel()} row sums differ from the first run's bits")
-        except AssertionError as e:
-            selfcheck.fail(
-                title,
-                f"Case {rows}x1000 float32 on cuda, run {k + 1} of {repeats}",
-                str(e),
-                hint=_hint(got.device),
-                seed=seed,
-                why="the tree in shared memory step by step: a warp may read a slot another warp writes only after "
-                "a __syncthreads() between the two (without it the result depends on how the warps are scheduled)",
-            )
-        first = got if first is None else first
-    print(f"✅ {title}: {repeats} runs of a {rows}x1000 case, each matching the reference, all with the same bits.")
-    return repeats
+    return selfcheck.same_every_run(
+        title,
+        lambda: yours(x),
+        reference(x),
+        name="out",
+        case=f"a {rows}x1000 float32 case on cuda",
+        repeats=repeats,
+        tolerances=TOLERANCES[torch.float32],
+        hint=_hint(x.device),
+        seed=seed,
+        why="the tree in shared memory step by step: a warp may read a slot another warp writes only after "
+        "a __syncthreads() between the two (without it the result depends on how the warps are scheduled)",
+    )
 
 
 @selfcheck.sanitizable
 def check(device=None, ext=None, seed=None) -> int:
     """Your row sums against float64 sums: the CPU loop (Part 1), and on a GPU the kernel (Part 2), including
-    short rows after a launch that leaves shared memory full of values, and a large case run 20 times.
+    short rows after a launch that leaves shared memory full of values, and a large case run again and again (a race shows in some runs only).
     sanitize=True first runs the GPU part under compute-sanitizer in a child process and shows the reports."""
     seed = selfcheck.new_seed(seed)
     ext = ext or loader.load(OP)

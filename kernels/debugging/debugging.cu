@@ -3,24 +3,29 @@
 // beside its fix; the shared-memory bugs have no fix here, as fixing them is the lesson's exercise 1
 // (kernels/exercises/debug_row_sum.cuh).
 //
-//   bug 1  double_tail_bug_kernel / double_tail_kernel     no `if (i < n)`: the last block writes past the end.
+//   bug 1  double_tail_bug_kernel / double_tail_kernel     no `if (i < n)`: the last block writes past the
+//   end.
 //          What you see: usually nothing (the bytes past a tensor belong to the caching allocator). Found by:
 //          a guard buffer around the output, compute-sanitizer memcheck.
 //   bug 2  block_sum_nosync_kernel                          a shared-memory tree without __syncthreads():
 //          sums that change from run to run. Found by: repeating a run, racecheck.
 //   bug 3  block_sum_uninit_kernel                          threads past the row's end never write their
-//          shared slot, the tree adds it anyway. Found by: zeros in, not zero out; short rows after a launch that
-//          leaves values in shared memory (no compute-sanitizer tool checks shared memory for unwritten reads).
+//          shared slot, the tree adds it anyway. Found by: zeros in, not zero out; short rows after a launch
+//          that leaves values in shared memory (no compute-sanitizer tool checks shared memory for unwritten
+//          reads).
 //   bug 4  double_threads (threads=2048, checked=false)     2,048 threads per block (the limit is 1,024): the
-//          launch fails, nothing runs, and without a launch check nothing says so. Found by: the launch check.
+//          launch fails, nothing runs, and without a launch check nothing says so. Found by: the launch
+//          check.
 //   bug 5  double_stream (fixed=false)                       launched on the legacy default stream, not on
 //          PyTorch's current stream: out of order with PyTorch's work there, and not recorded by a CUDA graph
 //          capture. Found by: a capture (it fails), reading the launch.
 //   bug 6  add_one_bytes_bug_kernel / add_one_bytes_kernel   a 32-bit int index: past 2^31 elements it turns
 //          negative and the kernel writes before the tensor. Found by: a tensor of 2^31 + a few bytes.
 //   bug 7  accumulate_kernel (fixed=false)                   y += 2x into an output allocated with empty, not
-//          zeros: it adds to whatever the memory held. Found by: initcheck (a read of global memory never written).
-//   bug 8  block_sum_divergent_sync_kernel                   __syncthreads() inside `if (threadIdx.x < stride)`:
+//          zeros: it adds to whatever the memory held. Found by: initcheck (a read of global memory never
+//          written).
+//   bug 8  block_sum_divergent_sync_kernel                   __syncthreads() inside `if (threadIdx.x <
+//   stride)`:
 //          a barrier only some threads reach. Found by: synccheck.
 //   tools  gather_checked_kernel                             a device-side assert on an index out of range
 //          double_printf_kernel                              printf from a kernel
@@ -117,7 +122,8 @@ __global__ void add_one_bytes_kernel(uint8_t* x, int64_t n) {
 // ---------------------------------------------------------------------------------------------------------
 // tools: a device-side assert, printf
 // ---------------------------------------------------------------------------------------------------------
-__global__ void gather_checked_kernel(const float* x, const int64_t* index, float* out, int64_t n, int64_t size) {
+__global__ void gather_checked_kernel(const float* x, const int64_t* index, float* out, int64_t n,
+                                      int64_t size) {
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   const int64_t j = index[i];
@@ -188,7 +194,8 @@ void add_one_bytes(uint8_t* x, int64_t n, bool fixed, cudaStream_t stream) {
   COURSE_LAUNCH_CHECK();
 }
 
-void gather_checked(const float* x, const int64_t* index, float* out, int64_t n, int64_t size, cudaStream_t stream) {
+void gather_checked(const float* x, const int64_t* index, float* out, int64_t n, int64_t size,
+                    cudaStream_t stream) {
   gather_checked_kernel<<<ceil_div<int64_t>(n, kThreads), kThreads, 0, stream>>>(x, index, out, n, size);
   COURSE_LAUNCH_CHECK();
 }

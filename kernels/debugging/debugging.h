@@ -21,7 +21,8 @@ void block_sum_broken(const float* x, float* out, int64_t rows, int64_t cols, in
 void double_threads(const float* x, float* y, int64_t n, int threads, bool checked, cudaStream_t stream);
 void double_stream(const float* x, float* y, int64_t n, bool fixed, cudaStream_t stream);
 void add_one_bytes(uint8_t* x, int64_t n, bool fixed, cudaStream_t stream);
-void gather_checked(const float* x, const int64_t* index, float* out, int64_t n, int64_t size, cudaStream_t stream);
+void gather_checked(const float* x, const int64_t* index, float* out, int64_t n, int64_t size,
+                    cudaStream_t stream);
 void double_printf(const float* x, float* y, int64_t n, cudaStream_t stream);
 void accumulate(const float* x, float* y, int64_t n, cudaStream_t stream);
 #endif

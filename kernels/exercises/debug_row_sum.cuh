@@ -4,9 +4,9 @@
 // This code compiles, often gives the right numbers, and is wrong. Part 1 (the CPU loop) has one bug, Part 2
 // (the CUDA kernel) two. Find them with the lesson's tools: the self-check's cases (a failure prints the
 // seed that replays it), inputs that make the answer obvious (a row of zeros sums to 0), and
-// `debug_row_sum.check(sanitize=True)`, which runs your kernel under compute-sanitizer's memcheck and racecheck.
-// Fix them in place and keep the algorithm: one block per row, a strided sum per thread, then a tree in
-// shared memory.
+// `debug_row_sum.check(sanitize=True)`, which runs your kernel under compute-sanitizer's memcheck and
+// racecheck. Fix them in place and keep the algorithm: one block per row, a strided sum per thread, then a
+// tree in shared memory.
 #pragma once
 
 #include <cstdint>

@@ -26,7 +26,8 @@ constexpr int kScaleThreads = 256;
 // Part 2: the kernel. Thread t of the grid handles elements 4t .. 4t + 3 with one 16-byte load and store
 // (x and y are 16-byte aligned: the glue checks it). The launcher starts ceil(n / 4) threads, rounded up to
 // whole blocks.
-__global__ void scale_shift_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n, float a, float b) {
+__global__ void scale_shift_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n, float a,
+                                   float b) {
   // TODO(exercise): find and fix the bugs in this code (the file's header says how many).
   const int i = (blockIdx.x * blockDim.x + threadIdx.x) * 4;
   if (i < n) {

@@ -36,7 +36,8 @@ constexpr int kScaleThreads = 256;
 // Part 2: the kernel. Thread t of the grid handles elements 4t .. 4t + 3 with one 16-byte load and store
 // (x and y are 16-byte aligned: the glue checks it). The launcher starts ceil(n / 4) threads, rounded up to
 // whole blocks.
-__global__ void scale_shift_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n, float a, float b) {
+__global__ void scale_shift_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n, float a,
+                                   float b) {
   // BEGIN SOLUTION
   const int64_t i = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) * 4;  // 64 bits: n may pass 2^31
   if (i + 4 <= n) {

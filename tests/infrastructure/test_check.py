@@ -2,7 +2,7 @@ import pytest
 import torch
 from torch.autograd.gradcheck import GradcheckError
 
-from helpers import check
+from helpers import check, selfcheck
 
 
 def test_assert_close_passes_within_dtype_tolerance():
@@ -100,3 +100,28 @@ def test_guarded_counts_writes_past_either_end_of_the_view():
         g.buffer[8 + 15 : 8 + 17] = 7.0  # two past the end
         g.buffer[0] = 7.0  # one before the start
         assert g.changed() == (1, 2) and "2 element(s) after its end and 1 before" in g.outside("y")
+
+
+def test_same_every_run_fails_at_the_first_run_whose_bits_differ(capsys):
+    want = torch.ones(8)
+    runs = iter([want.clone(), want.clone(), want + 1e-7, want.clone()])  # close, but not the first run's bits
+    with pytest.raises(AssertionError, match=r"run 3 of 4[\s\S]*8 values differ from the first run"):
+        selfcheck.same_every_run(
+            "toy", lambda: next(runs), want, name="out", case="a toy case", repeats=4, hint="h", seed=1, why="w"
+        )
+    assert "❌ toy: not yet" in capsys.readouterr().out
+
+
+def test_same_every_run_fails_a_run_far_from_the_reference_and_passes_identical_runs(capsys):
+    want = torch.ones(8)
+    with pytest.raises(AssertionError, match="run 1 of 2"):
+        selfcheck.same_every_run(
+            "toy", lambda: want * 2, want, name="out", case="a toy case", repeats=2, hint="h", seed=1, why="w"
+        )
+    assert (
+        selfcheck.same_every_run(
+            "toy", lambda: want.clone(), want, name="out", case="a toy case", repeats=3, hint="h", seed=1, why="w"
+        )
+        == 3
+    )
+    assert "3 runs of a toy case" in capsys.readouterr().out

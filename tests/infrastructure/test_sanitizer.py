@@ -114,13 +114,22 @@ ok
 """
 
 
+# The reports name files by absolute path, as the tool does; the fixtures are written for a checkout at /work/main
+# and moved to wherever this one is, so that paths inside the course read as relative ones.
+ROOT = str(env.REPO_ROOT)
+MEMCHECK, MEMCHECK_NO_LINEINFO, RACECHECK, RACECHECK_HAZARDS, INITCHECK, SYNCCHECK, CLEAN = (
+    t.replace("/work/main", ROOT)
+    for t in (MEMCHECK, MEMCHECK_NO_LINEINFO, RACECHECK, RACECHECK_HAZARDS, INITCHECK, SYNCCHECK, CLEAN)
+)
+
+
 def test_a_memcheck_report_gives_each_finding_its_kernel_line_thread_and_allocation():
     found, count, warnings, notes = sanitizer.parse(MEMCHECK)
     assert count == 3 and warnings == 0 and notes == []
     write, read, api = found
     assert (write.kind, write.size, write.what) == ("invalid access", 4, "Invalid __global__ write of size 4 bytes")
     assert write.kernel.startswith("void poly_forward_v1_kernel<float>(const float *")
-    assert write.location == "/work/main/kernels/solutions/polynomial_forward.cuh:30"
+    assert write.location == f"{ROOT}/kernels/solutions/polynomial_forward.cuh:30"
     assert (write.thread, write.block) == ((127, 0, 0), (4, 0, 0))
     assert "4 bytes after the nearest allocation" in write.detail
     assert write.context == "case: polynomial v1 float32 (1151,)"
@@ -146,7 +155,7 @@ def test_a_racecheck_report_names_both_accesses_and_counts_errors_apart_from_war
     race, warned = found
     assert race.kind == "race" and race.severity == "error" and warned.severity == "warning"
     assert race.what == "Race reported between write access and read access"
-    assert race.location == "/work/main/kernels/solutions/bias_grad.cuh:65"
+    assert race.location == f"{ROOT}/kernels/solutions/bias_grad.cuh:65"
     assert race.kernel.startswith("void bias_grad_partials_kernel<float>")
     assert "and read access at kernels/solutions/bias_grad.cuh:65 (2048 hazards)" in race.detail
     assert race.context == "case: fused_bias_relu bias grad v4 float32"
@@ -196,7 +205,7 @@ def test_a_report_without_a_summary_or_with_a_failed_program_is_not_ok():
 def test_show_lists_what_kernel_source_line_and_thread_of_each_finding(tmp_path):
     src = tmp_path / "k.cu"
     src.write_text("__global__ void k(float* y) {\n  y[threadIdx.x] = 1;  // the bad line\n}\n")
-    text = MEMCHECK.replace("/work/main/kernels/solutions/polynomial_forward.cuh:30", f"{src}:2")
+    text = MEMCHECK.replace(f"{ROOT}/kernels/solutions/polynomial_forward.cuh:30", f"{src}:2")
     found, count, warnings, notes = sanitizer.parse(text)
     shown = sanitizer.Report("memcheck", 1, 3.0, found, count, warnings, notes, text).show(limit=1)
     assert shown.splitlines()[0] == "❌ memcheck: 3 errors; the program failed (exit status 1) (3.0 s)"
@@ -414,7 +423,7 @@ def test_a_sanitizer_finding_fails_the_check_naming_exercise_tool_and_source_lin
     msg = str(e.value)
     assert msg.startswith("bias_grad: not yet. Under compute-sanitizer racecheck, 1 error, 1 warning")
     assert "The first: Race reported between write access and read access" in msg
-    assert "at /work/main/kernels/solutions/bias_grad.cuh:65" in msg or "at kernels/solutions/bias_grad.cuh:65" in msg
+    assert f"at {ROOT}/kernels/solutions/bias_grad.cuh:65" in msg or "at kernels/solutions/bias_grad.cuh:65" in msg
     assert "__syncthreads()" in msg and "(The self-check ran with seed=77.)" in msg
     assert [tool for _, tool, _ in calls] == ["racecheck"] and "seed=77" in calls[0][0][-1]
     assert calls[0][2]["env"]["PYTHONPATH"] and "❌ racecheck: 1 error, 1 warning" in capsys.readouterr().out
