@@ -29,17 +29,17 @@ lab: $(SETUP)
 	$(PY) -m ipykernel install --sys-prefix --name cuda-course --display-name "CUDA course ($(notdir $(PY)))"
 	$(PY) -m jupyter lab --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
 
-# A file's tests stay in one process (--dist loadfile): the loader's tests build on each other, and tests of
-# the exercises' file spread over processes failed where in one process they pass (cause not yet found). The builds are safe in parallel (the loader
-# locks its cache, helpers/wheel.py the shared wheel folders). 3 processes on CI's 2 cores: a process often
-# waits (on a child process, a notebook's kernel, another's build lock), and the third keeps both cores busy
-# (a fresh clone's run: 96 % of 2 cores busy with 3 processes, 86 % with 2).
+# --dist loadgroup with the groups tests/conftest.py gives: a file's tests in one process (its module fixtures
+# set up once; the loader's tests build on each other), but the exercises' file, a quarter of the run, by
+# exercise, and all wheel builds in one process. The builds are safe in parallel (the loader locks its cache).
+# 3 processes on CI's 2 cores: a process often waits (on a child process, a notebook's kernel, another's build
+# lock), and the third keeps both cores busy (a fresh clone's run: 96 % of 2 cores busy with 3, 86 % with 2).
 test: $(SETUP)
-	$(PY) -m pytest $(if $(filter-out 0,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadfile)
+	$(PY) -m pytest $(if $(filter-out 0,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadgroup)
 
 # On the GPU machine the parts run one at a time too (each fits a 10-minute call):
-#   test-gpu-unit   every test but the notebooks (XDIST="-n 8 --dist loadfile" where pytest-xdist is
-#                   installed: a file's tests stay in one process, as the loader's tests build on each other)
+#   test-gpu-unit   every test but the notebooks (XDIST="-n 8 --dist loadgroup" where pytest-xdist is
+#                   installed: tests/conftest.py groups the tests, a file to a process as a rule)
 #   test-gpu-nb     every notebook, with solutions and in learner mode (executed copies in $(OUT))
 #   test-gpu-times  the loader's edit/build times, then the benchmark suite (quick: BENCH="--quick")
 #   test-gpu-sanitize  every op's kernels under compute-sanitizer's memcheck, racecheck, initcheck and synccheck

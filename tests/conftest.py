@@ -33,3 +33,27 @@ def load_solutions(name: str):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("COURSE_SOLUTIONS", "1")
         return loader.load(name)
+
+
+# How make test spreads the tests over its processes (pytest-xdist, --dist loadgroup): a file's tests stay in
+# one process, as its module fixtures (an op built and loaded once) are set up once there; but the exercises'
+# file, the largest (every self-check in both directions: a quarter of the run), goes by exercise. Whatever
+# builds a wheel in the build cache's shared folders (helpers/wheel.py: such builds wait for each other) shares
+# one process: test_packaging, wheel_square's tests and lesson 06's notebooks.
+BY_TEST = "tests/exercises/test_exercises.py"
+WHEELS = ("tests/infrastructure/test_packaging.py", "wheel_square", "06_packaging")
+
+
+def _group(nodeid: str) -> str:
+    if any(w in nodeid for w in WHEELS):
+        return "wheels"
+    path = nodeid.split("::")[0]
+    if path == BY_TEST and "[" in nodeid:
+        params = nodeid.split("[", 1)[1].rstrip("]").split("-")
+        return f"{path}::{params[1] if params[0] in ('cpu', 'cuda') else params[0]}"  # the exercise's name
+    return path
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(_group(item.nodeid)))
