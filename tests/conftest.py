@@ -37,10 +37,11 @@ def load_solutions(name: str):
 
 # How make test spreads the tests over its processes (pytest-xdist, --dist loadgroup): a file's tests stay in
 # one process, as its module fixtures (an op built and loaded once) are set up once there; but the exercises'
-# file, the largest (every self-check in both directions: a quarter of the run), goes by exercise. Whatever
+# file, the largest (every self-check in both directions: a quarter of the run), goes by exercise, and the
+# grader's corpus (tests/grade/test_grade.py: a child process and a build per entry) by entry. Whatever
 # builds a wheel in the build cache's shared folders (helpers/wheel.py: such builds wait for each other) shares
 # one process: test_packaging, wheel_square's tests and lesson 06's notebooks.
-BY_TEST = "tests/exercises/test_exercises.py"
+BY_TEST = ("tests/exercises/test_exercises.py", "tests/grade/test_grade.py")
 WHEELS = ("tests/infrastructure/test_packaging.py", "wheel_square", "06_packaging")
 
 
@@ -48,9 +49,9 @@ def _group(nodeid: str) -> str:
     if any(w in nodeid for w in WHEELS):
         return "wheels"
     path = nodeid.split("::")[0]
-    if path == BY_TEST and "[" in nodeid:
+    if path in BY_TEST and "[" in nodeid:
         params = nodeid.split("[", 1)[1].rstrip("]").split("-")
-        return f"{path}::{params[1] if params[0] in ('cpu', 'cuda') else params[0]}"  # the exercise's name
+        return f"{path}::{params[1] if params[0] in ('cpu', 'cuda') else params[0]}"  # the exercise's (entry's) name
     return path
 
 

@@ -178,6 +178,7 @@ def load(
     include_dirs: list[str | Path] = (),
     debug: bool | None = None,
     verbose: bool = False,
+    pch: bool | None = None,
 ):
     """Build (or fetch from the cache) and import the extension `name`.
 
@@ -187,6 +188,9 @@ def load(
     archs: e.g. ["7.5", "9.0"] (default: this GPU's architecture only, for the fastest build).
     debug: -O0 -g (and -G for device code); default from the environment variable DEBUG=1.
     include_dirs: searched before kernels/exercises/ (or solutions/) and kernels/.
+    pch: compile every file with torch headers against the precompiled ones (True), or none (False); default
+        where _pch_enabled() (4 or more cores), and for a glue exercise's file. A folder whose glue the learner
+        writes and edits (lesson 08's op) passes True: each edit of it then recompiles in seconds, not a minute.
     """
     global last_build
     t0 = time.time()
@@ -212,7 +216,7 @@ def load(
     # file with torch headers uses them where _pch_enabled(); elsewhere (fewer than 4 cores) a glue exercise's
     # file still does, since it is what the learner recompiles after each edit (square.glue.cpp on 2 cores:
     # about 51 s without, 14 s with; the precompile costs about a minute once per machine).
-    pch_all = bool(cpp) and _pch_enabled()
+    pch_all = bool(cpp) and (_pch_enabled() if pch is None else (pch and _pch_possible()))
     glue = {s for s in cpp if _glue_exercise(_local_deps(s.resolve(), includes))}
     pchs = {b: _pch_header(torch_flags, b) for b in (False, True)} if pch_all or (glue and _pch_possible()) else {}
     use_pch = {b: ["-Winvalid-pch", "-include", str(h)] for b, h in pchs.items()}
@@ -225,8 +229,8 @@ def load(
     ):
         for s in group:
             deps = _local_deps(s.resolve(), includes)
-            pch = pchs and s.suffix != ".cu" and _includes_torch(deps) and (pch_all or s in glue)
-            c = [*cmd, *use_pch[_binds_python(deps)]] if pch else cmd
+            precompiled = pchs and s.suffix != ".cu" and _includes_torch(deps) and (pch_all or s in glue)
+            c = [*cmd, *use_pch[_binds_python(deps)]] if precompiled else cmd
             # The include folders are left out of the key: the course headers they resolved to (path and
             # content) are in it. So the torch glue, which includes no exercise header, is one object for the
             # stubs, the solutions and every wrong answer a test builds.

@@ -105,7 +105,8 @@ def test_guarded_counts_writes_past_either_end_of_the_view():
 def test_same_every_run_fails_at_the_first_run_whose_bits_differ(capsys):
     want = torch.ones(8)
     runs = iter([want.clone(), want.clone(), want + 1e-7, want.clone()])  # close, but not the first run's bits
-    with pytest.raises(AssertionError, match=r"run 3 of 4[\s\S]*8 values differ from the first run"):
+    differing = 3  # the call whose result is close to the reference but not the first call's bits
+    with pytest.raises(AssertionError, match=rf"run {differing} of 4[\s\S]*8 values differ from the first run"):
         selfcheck.same_every_run(
             "toy", lambda: next(runs), want, name="out", case="a toy case", repeats=4, hint="h", seed=1, why="w"
         )
@@ -114,7 +115,7 @@ def test_same_every_run_fails_at_the_first_run_whose_bits_differ(capsys):
 
 def test_same_every_run_fails_a_run_far_from_the_reference_and_passes_identical_runs(capsys):
     want = torch.ones(8)
-    with pytest.raises(AssertionError, match="run 1 of 2"):
+    with pytest.raises(AssertionError, match=f"run {1} of 2"):
         selfcheck.same_every_run(
             "toy", lambda: want * 2, want, name="out", case="a toy case", repeats=2, hint="h", seed=1, why="w"
         )

@@ -77,3 +77,22 @@ def test_toolkit_matches_torch():
 
     kit = env.find_toolkit(torch.version.cuda)
     assert env.toolkit_problem(kit, torch.version.cuda) is None, env.toolkit_problem(kit, torch.version.cuda)
+
+
+def test_the_capstone_solution_compiles_for_all_archs():
+    """Lesson 08's answer (kernels/solutions/swiglu/, an op folder of its own) for the lowest and highest architecture."""
+    import torch
+
+    from helpers import capstone
+
+    where = capstone.folder(solution=True)
+    loader.load(
+        capstone.NAME,
+        sources=capstone.sources(where),
+        include_dirs=[where],
+        cuda=True,
+        archs=[ARCHS[0], ARCHS[-1]],
+        extra_cuda_cflags=CHECK_ONLY,
+        pch=True,
+    )
+    assert str(torch.ops.course.swiglu.default._schema) == "course::swiglu(Tensor x) -> Tensor"
