@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from . import env, library, loader
+from . import env, library, loader, selfcheck
 
 NAME = "swiglu"
 OPS = ("course::swiglu", "course::swiglu_backward")
@@ -165,3 +165,176 @@ def run_tests(where: Path | None = None, *, timeout: float = 900) -> tuple[bool,
     except subprocess.TimeoutExpired:
         return False, f"pytest ran past {timeout:.0f} s"
     return r.returncode == 0, (r.stdout + r.stderr).strip()
+
+
+# --------------------------------------------------------------------------------------------------
+# The lesson's self-checks: one per step, each failing the way an exercise's self-check does
+# --------------------------------------------------------------------------------------------------
+
+# The grader's checks that each step's files must pass (helpers/grade.py runs them in a child process).
+STEPS = {
+    "kernels": ["build", "registered", "forward", "inputs_unchanged", "errors"],
+    "python side": ["backward", "saves_only_x", "opcheck", "compile", "autocast"],
+}
+HINTS = {
+    "build": "the README in your folder lists the files; the build error above names the file and line",
+    "registered": "COURSE_LIBRARY(m) { define(m, ...); } with the schemas exactly as the README writes them, and "
+    "COURSE_IMPL_CPU_CUDA(m) { m.impl(...); } with your C++ functions (lesson 04, kernels/square/)",
+    "forward": "compare the case with your loop: the last column, the second half's offset (h, not 2h), strided "
+    "input (.contiguous() in the glue), the dtypes' conversions (the math in float)",
+    "inputs_unchanged": "the kernels read x and grad_y (const pointers) and write only their own output",
+    "errors": "check every argument in the glue before using it, and name it in the message: the checks of "
+    'common/checks.h (check_floating(x, "x"), check_shape(grad_y, "grad_y", ...)) do both',
+    "backward": "swiglu.py's register(lib) registers the autograd formula (torch.library.register_autograd): "
+    "setup_context saves x, backward calls torch.ops.course.swiglu_backward",
+    "saves_only_x": "ctx.save_for_backward(x) and nothing else: backward recomputes sigmoid(gate) from x",
+    "opcheck": "the fake kernels: a new tensor of the kernel's output shape, dtype and strides (x.new_empty(...)), "
+    "computing nothing; both ops need one",
+    "compile": "torch.compile traces through the fake kernels and the autograd formula: call the ops through "
+    "torch.ops.course in backward",
+    "autocast": "silu and mul run in their inputs' dtype under autocast: the op needs no autocast rule",
+}
+
+
+def _fail(name: str, report, seed: int) -> None:
+    first = report.failed[0]
+    where = f"the grader's check {first.check}" + (f", case: {first.case}" if first.case else "")
+    selfcheck.fail(name, where, first.detail, hint=HINTS.get(first.check, ""), seed=seed)
+
+
+def check(step: str, *, where: Path | None = None, seed: int | None = None):
+    """Step `step` ("kernels": swiglu.cu/.h, the CPU loops and the glue; "python side": swiglu.py) through the
+    grader's checks for it, in a child process. Prints one line per check; raises AssertionError
+    ("capstone STEP: not yet. ...") with the first failure, its case and a hint. Returns the grader's Report."""
+    from . import grade
+
+    if step not in STEPS:
+        raise ValueError(f"step must be one of {', '.join(STEPS)}, got {step!r}")
+    name = f"capstone {step}"
+    seed = selfcheck.new_seed(seed)
+    with selfcheck.exercise(name):
+        report = grade.op(folder=where or folder(), checks=STEPS[step], seed=seed, quiet=True)
+        for r in report.results:
+            print(f"  {grade.ICONS[r.status]} {r.check}: {(r.detail.splitlines() or [''])[0]}")
+        if report.failed:
+            _fail(name, report, seed)
+        selfcheck.passed_now(name, f"{len(report.results)} checks of the grader passed.")
+    return report
+
+
+# The bugs a learner's tests must catch: corpus entries a good test file fails on.
+BUGS_TESTS_CATCH = ("cpu_loop_one_short", "derivative_missing_a_term", "fake_of_the_wrong_shape")
+
+
+def check_tests(where: Path | None = None, *, seed: int | None = None) -> int:
+    """Your test_swiglu.py: it passes on your op, it uses opcheck and gradcheck, and it fails on three ops with a
+    typical bug each (helpers/grade_corpus.py: a loop one short, a derivative missing a term, a fake of the wrong
+    shape), run in their folders in place of the solution's tests. Returns the number of bugs caught."""
+    import tempfile
+
+    from . import grade_corpus
+
+    name = "capstone tests"
+    seed = selfcheck.new_seed(seed)
+    where = Path(where or folder())
+    hint = (
+        "a test per promise of the op: values against a float64 reference (several shapes, dtypes, a strided x), "
+        "gradcheck in float64, torch.library.opcheck, bad input; see test_swiglu.py's place in the README"
+    )
+    with selfcheck.exercise(name):
+        test = where / "test_swiglu.py"
+        if not test.is_file():
+            selfcheck.fail(name, _rel(where), f"{_rel(test)} does not exist yet", hint=hint, seed=seed)
+        text = test.read_text()
+        for needed in ("opcheck", "gradcheck"):
+            if needed not in text:
+                selfcheck.fail(name, _rel(test), f"your tests never call {needed}", hint=hint, seed=seed)
+        passed, output = run_tests(where)
+        if not passed:
+            selfcheck.fail(name, "your tests on your op", "they fail:\n" + _tail(output), hint=hint, seed=seed)
+        caught = 0
+        with tempfile.TemporaryDirectory(prefix="capstone-tests-") as tmp:
+            for bug in BUGS_TESTS_CATCH:
+                entry = grade_corpus.BY_NAME[bug]
+                wrong = grade_corpus.materialize(entry, Path(tmp))
+                (wrong / "test_swiglu.py").unlink()
+                (wrong / "test_swiglu.py").write_text(text)
+                passed, output = run_tests(wrong)
+                if passed:
+                    selfcheck.fail(
+                        name,
+                        f"your tests on an op with a bug: {entry.why}",
+                        "every test passed: they do not catch it",
+                        hint=hint,
+                        seed=seed,
+                    )
+                caught += 1
+        selfcheck.passed_now(name, f"your tests pass on your op and catch {caught} of {caught} typical bugs.")
+    return caught
+
+
+def _tail(output: str, lines: int = 25) -> str:
+    return "\n".join(output.strip().splitlines()[-lines:])
+
+
+def check_wheel(where: Path | None = None, *, seed: int | None = None) -> str:
+    """Your wheel_entry.py: the course's setup.py builds a wheel with your op alone (COURSE_ENTRY), it installs
+    into an empty folder, and a new Python process that sees only that folder imports course_ops and runs
+    course::swiglu forward and backward, with the right values. Returns the wheel's file name."""
+    import tempfile
+
+    from . import wheel
+
+    name = "capstone wheel"
+    seed = selfcheck.new_seed(seed)
+    where = Path(where or folder())
+    hint = (
+        "extension(kernels, headers, cuda, flags) returns a CppExtension or CUDAExtension named course_ops.swiglu, "
+        "with every .cpp (and .cu in a CUDA wheel) of your folder, the folder and kernels/ as include_dirs, "
+        'WITH_CUDA defined in a CUDA wheel; PYTHON_SIDE = ["swiglu.py"] (lesson 06\'s exercise)'
+    )
+    program = (
+        "import torch, course_ops\n"
+        "x = torch.randn(5, 2 * 7, dtype=torch.float64, requires_grad=True)\n"
+        "y = torch.ops.course.swiglu(x)\n"
+        "y.backward(torch.ones_like(y))\n"
+        "gate, up = x.detach().chunk(2, dim=-1)\n"
+        "want = torch.nn.functional.silu(gate) * up\n"
+        "print('max error', float((y.detach() - want).abs().max()), 'grad', tuple(x.grad.shape), course_ops.OPS)\n"
+    )
+    with selfcheck.exercise(name):
+        entry = where / "wheel_entry.py"
+        if not entry.is_file():
+            selfcheck.fail(name, _rel(where), f"{_rel(entry)} does not exist yet", hint=hint, seed=seed)
+        with tempfile.TemporaryDirectory(prefix="capstone-wheel-") as tmp:
+            try:
+                built = wheel.build(Path(tmp) / "dist", cuda=env.cuda_mode(), entry=entry, headers=where)
+                site = wheel.install(built.path, Path(tmp) / "site")
+                out = wheel.run_fresh(site, program)
+            except Exception as e:  # noqa: BLE001  (a build, install or import error: its text says which)
+                selfcheck.fail(
+                    name, "building, installing and importing the wheel", _tail(str(e)), hint=hint, seed=seed
+                )
+            line = next((ln for ln in out.splitlines() if ln.startswith("max error")), "")
+            err = float(line.split()[2]) if line else float("inf")
+            if not line or err > 1e-9 or "swiglu" not in line:
+                selfcheck.fail(
+                    name, "the installed op in a new process", f"it printed:\n{_tail(out)}", hint=hint, seed=seed
+                )
+            wheel_name = built.path.name
+        selfcheck.passed_now(name, f"{wheel_name} built, installed, and course::swiglu ran from it in a new process.")
+    return wheel_name
+
+
+def check_grade(where: Path | None = None, *, seed: int | None = None):
+    """The whole grader on your folder; passes when every check this machine can run passes."""
+    from . import grade
+
+    name = "capstone grade"
+    seed = selfcheck.new_seed(seed)
+    with selfcheck.exercise(name):
+        report = grade.op(folder=where or folder(), seed=seed)
+        if not report.passed:
+            _fail(name, report, seed)
+        selfcheck.passed_now(name, report.verdict())
+    return report

@@ -1,5 +1,5 @@
 """helpers.grade and lesson 08's capstone: the solution passes every check this machine can run; each entry of the
-corpus (tests/grade/corpus.py) is rejected by the check it is meant for; a crash ends a child process, not the
+corpus (helpers/grade_corpus.py) is rejected by the check it is meant for; a crash ends a child process, not the
 grading; the learner's empty folder gets a clear first step; the progress table of the whole course."""
 
 import pytest
@@ -7,7 +7,7 @@ import torch
 
 from helpers import capstone, env, grade
 
-from .corpus import CORPUS, materialize
+from helpers.grade_corpus import CORPUS, materialize
 
 CUDA = env.cuda_mode()
 

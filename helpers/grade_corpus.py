@@ -6,8 +6,8 @@ names nothing), and the exploits graders elsewhere have met: outputs cached by i
 work on another stream, the benchmark's shape special-cased, timers or the reference replaced, a Python kernel
 in place of one's own.
 
-    python -m tests.grade.corpus              # grade every entry this machine can run (a GPU: all of them)
-    python -m tests.grade.corpus NAME ...     # these entries
+    python -m helpers.grade_corpus            # grade every entry this machine can run (a GPU: all of them)
+    python -m helpers.grade_corpus NAME ...   # these entries
 
 tests/grade/test_grade.py runs each entry's rejecting check (CPU entries in CI, all on a GPU).
 """
@@ -18,7 +18,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from helpers import capstone
+from . import capstone
 
 
 @dataclasses.dataclass(frozen=True)
@@ -328,7 +328,7 @@ def main(argv: list[str]) -> int:
 
     import torch
 
-    from helpers import env, grade
+    from . import env, grade
 
     cuda = torch.cuda.is_available() and env.cuda_mode()
     chosen = [BY_NAME[n] for n in argv] if argv else [e for e in CORPUS if cuda or e.part == "cpu"]
