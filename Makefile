@@ -43,7 +43,8 @@ test: $(SETUP)
 #   test-gpu-nb     every notebook, with solutions and in learner mode (executed copies in $(OUT))
 #   test-gpu-times  the loader's edit/build times, then the benchmark suite (quick: BENCH="--quick")
 #   test-gpu-sanitize  every op's kernels under compute-sanitizer's memcheck, racecheck, initcheck and synccheck
-test-gpu: test-gpu-unit test-gpu-nb test-gpu-times test-gpu-sanitize
+#   test-gpu-grade  the grader, every check, on lesson 08's answer and on each wrong answer of its corpus
+test-gpu: test-gpu-unit test-gpu-nb test-gpu-times test-gpu-sanitize test-gpu-grade
 
 test-gpu-unit: $(SETUP)
 	mkdir -p $(OUT)
@@ -64,6 +65,18 @@ test-gpu-sanitize: $(SETUP)
 	mkdir -p $(OUT)
 	$(PY) -m benchmarks.sanitize_sweep --out $(OUT)/sanitize > $(OUT)/sanitize.log 2>&1; \
 	  rc=$$?; tail -n 40 $(OUT)/sanitize.log; exit $$rc
+
+test-gpu-grade: $(SETUP)
+	mkdir -p $(OUT)
+	( $(PY) -m helpers.grade swiglu --solution; rc=$$?; $(PY) -m helpers.grade_corpus || rc=1; exit $$rc ) > $(OUT)/grade.log 2>&1; \
+	  rc=$$?; tail -n 50 $(OUT)/grade.log; exit $$rc
+
+# Lesson 08: the report card of your capstone op, and the progress table of every exercise and the capstone.
+grade: $(SETUP)
+	$(PY) -m helpers.grade swiglu
+
+progress: $(SETUP)
+	$(PY) -m helpers.grade --course
 
 bench: $(SETUP)
 	$(PY) -m benchmarks.run --out results
