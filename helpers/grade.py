@@ -103,8 +103,8 @@ class Report:
             )
         return "\n".join(lines)
 
-    def _repr_pretty_(self, p, cycle):  # a notebook cell that ends with the report shows the card
-        p.text(self.card())
+    def __repr__(self) -> str:  # op() printed the card already
+        return f"<grade.Report {self.op}: {self.verdict()}>"
 
 
 def _rel(p: Path) -> str:
@@ -968,8 +968,9 @@ class Progress:
         lines = [f"{ICONS[s]} {name:<{width}}  {line}" for name, s, line in self.rows]
         return "\n".join(lines + ["", f"{done} of {len(self.rows)} done."])
 
-    def _repr_pretty_(self, p, cycle):
-        p.text(self.table())
+    def __repr__(self) -> str:  # course() printed the table already
+        done = sum(r[1] == PASS for r in self.rows)
+        return f"<grade.Progress: {done} of {len(self.rows)} done>"
 
 
 def course(
