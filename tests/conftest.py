@@ -55,6 +55,9 @@ def _group(nodeid: str) -> str:
     return path
 
 
+# tryfirst: pytest-xdist's worker reads the markers in its own pytest_collection_modifyitems, which otherwise runs
+# before this one, and the tests would go out one by one, ungrouped.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     for item in items:
         item.add_marker(pytest.mark.xdist_group(_group(item.nodeid)))
