@@ -37,11 +37,17 @@ def load_solutions(name: str):
 
 # How make test spreads the tests over its processes (pytest-xdist, --dist loadgroup): a file's tests stay in
 # one process, as its module fixtures (an op built and loaded once) are set up once there; but the exercises'
-# file, the largest (every self-check in both directions: a quarter of the run), goes by exercise, and the
-# grader's corpus (tests/grade/test_grade.py: a child process and a build per entry) by entry. Whatever
+# file, the largest (every self-check in both directions: a quarter of the run), goes by exercise, the grader's
+# corpus (tests/grade/test_grade.py: a child process and a build per entry) by entry, and the notebooks' runs
+# (each independent of the others, minutes each) by notebook. Whatever
 # builds a wheel in the build cache's shared folders (helpers/wheel.py: such builds wait for each other) shares
 # one process: test_packaging, wheel_square's tests and lesson 06's notebooks.
-BY_TEST = ("tests/exercises/test_exercises.py", "tests/grade/test_grade.py")
+BY_TEST = (
+    "tests/exercises/test_exercises.py",
+    "tests/grade/test_grade.py",
+    "tests/lessons/test_notebooks.py",
+    "tests/lessons/test_notebooks_learner.py",
+)
 WHEELS = ("tests/infrastructure/test_packaging.py", "wheel_square", "06_packaging")
 
 
@@ -51,7 +57,7 @@ def _group(nodeid: str) -> str:
     path = nodeid.split("::")[0]
     if path in BY_TEST and "[" in nodeid:
         params = nodeid.split("[", 1)[1].rstrip("]").split("-")
-        return f"{path}::{params[1] if params[0] in ('cpu', 'cuda') else params[0]}"  # the exercise's (entry's) name
+        return f"{path}::{params[1] if params[0] in ('cpu', 'cuda') else params[0]}"  # the exercise, entry or notebook
     return path
 
 
