@@ -61,9 +61,19 @@ def _group(nodeid: str) -> str:
     return path
 
 
-# tryfirst: pytest-xdist's worker reads the markers in its own pytest_collection_modifyitems, which otherwise runs
-# before this one, and the tests would go out one by one, ungrouped.
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(_group(item.nodeid)))
+# The groups are handed to pytest-xdist as a scheduler of our own, not as xdist_group markers: pytest-xdist 3.8
+# marks a group by renaming the test's nodeid, which pytest 9 no longer allows (Node.nodeid is derived), so with
+# markers the tests went out one by one, and a file whose tests build on each other (test_loader.py) was split.
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):
+        """pytest-xdist's load-by-scope scheduling, with _group() as the scope of a test."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return _group(nodeid)
+
+    return ByGroup(config, log)
