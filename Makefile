@@ -29,9 +29,10 @@ lab: $(SETUP)
 	$(PY) -m ipykernel install --sys-prefix --name cuda-course --display-name "CUDA course ($(notdir $(PY)))"
 	$(PY) -m jupyter lab --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
 
-# --dist loadgroup with the groups tests/conftest.py gives: a file's tests in one process (its module fixtures
-# set up once; the loader's tests build on each other), but the exercises' file, a quarter of the run, by
-# exercise, and all wheel builds in one process. The builds are safe in parallel (the loader locks its cache).
+# --dist loadgroup with the groups tests/conftest.py gives (its scheduler): a file's tests in one process (its
+# module fixtures set up once; the loader's tests build on each other), but the exercises' file, a quarter of the
+# run, by exercise, the grader's corpus by entry, the notebooks by notebook, and all wheel builds in one process.
+# The builds are safe in parallel (the loader locks its cache).
 # 3 processes on CI's 2 cores: a process often waits (on a child process, a notebook's kernel, another's build
 # lock), and the third keeps both cores busy (a fresh clone's run: 96 % of 2 cores busy with 3, 86 % with 2).
 test: $(SETUP)
