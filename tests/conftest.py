@@ -38,8 +38,8 @@ def load_solutions(name: str):
 # How make test spreads the tests over its processes (pytest-xdist, --dist loadgroup): a file's tests stay in
 # one process, as its module fixtures (an op built and loaded once) are set up once there; but the exercises'
 # file, the largest (every self-check in both directions: a quarter of the run), goes by exercise, the grader's
-# corpus (tests/grade/test_grade.py: a child process and a build per entry) by entry, and the notebooks' runs
-# (each independent of the others, minutes each) by notebook. Whatever
+# corpus (tests/grade/test_grade.py: a child process and a build per entry) by entry, the notebooks' runs
+# (each independent of the others, minutes each) by notebook, and the CUDA compile checks by op. Whatever
 # builds a wheel in the build cache's shared folders (helpers/wheel.py: such builds wait for each other) shares
 # one process: test_packaging, wheel_square's tests and lesson 06's notebooks.
 BY_TEST = (
@@ -47,8 +47,22 @@ BY_TEST = (
     "tests/grade/test_grade.py",
     "tests/lessons/test_notebooks.py",
     "tests/lessons/test_notebooks_learner.py",
+    "tests/ops/test_compile.py",
 )
 WHEELS = ("tests/infrastructure/test_packaging.py", "wheel_square", "06_packaging")
+
+
+# A group's expected length, roughly, in minutes on CI's machine: what the scheduler starts first.
+def _weight(group: str) -> float:
+    if group == "wheels":
+        return 10
+    if group.startswith("tests/lessons/test_notebooks.py::"):
+        return 3
+    if group.startswith(("tests/lessons/test_notebooks_learner.py::", "tests/ops/test_compile.py::")):
+        return 1.5
+    if group.startswith("tests/exercises/test_exercises.py::"):
+        return 1
+    return 0.5
 
 
 def _group(nodeid: str) -> str:
@@ -57,6 +71,8 @@ def _group(nodeid: str) -> str:
     path = nodeid.split("::")[0]
     if path in BY_TEST and "[" in nodeid:
         params = nodeid.split("[", 1)[1].rstrip("]").split("-")
+        if {"stubs", "solutions"} & set(params):  # test_compile: an op's two builds share its build folder
+            return f"{path}::{'-'.join(p for p in params if p not in ('stubs', 'solutions'))}"
         return f"{path}::{params[1] if params[0] in ('cpu', 'cuda') else params[0]}"  # the exercise, entry or notebook
     return path
 
@@ -71,9 +87,16 @@ def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
     class ByGroup(LoadScopeScheduling):
-        """pytest-xdist's load-by-scope scheduling, with _group() as the scope of a test."""
+        """pytest-xdist's load-by-scope scheduling, with _group() as the scope of a test, and the longest groups
+        handed out first (a long one started last would run on alone at the end)."""
 
         def _split_scope(self, nodeid: str) -> str:
             return _group(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            if self.workqueue:
+                longest = max(self.workqueue, key=lambda scope: (_weight(scope), len(self.workqueue[scope])))
+                self.workqueue.move_to_end(longest, last=False)
+            super()._assign_work_unit(node)
 
     return ByGroup(config, log)
