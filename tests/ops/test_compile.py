@@ -63,7 +63,9 @@ def test_a_source_compiles_for_the_architecture_it_branches_at(source, arch, tmp
 @pytest.mark.parametrize("name", CUDA_OPS)
 def test_cuda_source_compiles_for_all_archs(name, solutions, monkeypatch):
     monkeypatch.setenv("COURSE_SOLUTIONS", solutions)
-    module = loader.load(name, cuda=True, archs=[ARCHS[0], ARCHS[-1]], extra_cuda_cflags=CHECK_ONLY)
+    # pch=True: the CUDA flavour of the precompiled torch headers, built once, takes each later op's glue from
+    # ~38 s to ~27 s on 2 cores (fused_bias_relu).
+    module = loader.load(name, cuda=True, archs=[ARCHS[0], ARCHS[-1]], extra_cuda_cflags=CHECK_ONLY, pch=True)
     # With the stubs, an op with a glue exercise (square: lesson 02b's binding is the learner's) may bind nothing.
     includes = loader._include_dirs([])
     glue = any(loader._glue_exercise(loader._local_deps(s.resolve(), includes)) for s in loader.sources_for(name))
