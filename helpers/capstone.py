@@ -242,9 +242,7 @@ def check_tests(where: Path | None = None, *, seed: int | None = None) -> int:
         "gradcheck in float64, torch.library.opcheck, bad input; see test_swiglu.py's place in the README"
     )
     with selfcheck.exercise(name):
-        test = where / "test_swiglu.py"
-        if not test.is_file():
-            selfcheck.fail(name, _rel(where), f"{_rel(test)} does not exist yet", hint=hint, seed=seed)
+        test = _needed(name, where, "test_swiglu.py", hint, seed)
         text = test.read_text()
         for needed in ("opcheck", "gradcheck"):
             if needed not in text:
@@ -271,6 +269,14 @@ def check_tests(where: Path | None = None, *, seed: int | None = None) -> int:
                 caught += 1
         selfcheck.passed_now(name, f"your tests pass on your op and catch {caught} of {caught} typical bugs.")
     return caught
+
+
+def _needed(name: str, where: Path, file: str, hint: str, seed: int) -> Path:
+    """where/file, or the step's failure saying it does not exist yet."""
+    path = where / file
+    if not path.is_file():
+        selfcheck.fail(name, _rel(where), f"{_rel(path)} does not exist yet", hint=hint, seed=seed)
+    return path
 
 
 def _tail(output: str, lines: int = 25) -> str:
@@ -303,9 +309,7 @@ def check_wheel(where: Path | None = None, *, seed: int | None = None) -> str:
         "print('max error', float((y.detach() - want).abs().max()), 'grad', tuple(x.grad.shape), course_ops.OPS)\n"
     )
     with selfcheck.exercise(name):
-        entry = where / "wheel_entry.py"
-        if not entry.is_file():
-            selfcheck.fail(name, _rel(where), f"{_rel(entry)} does not exist yet", hint=hint, seed=seed)
+        entry = _needed(name, where, "wheel_entry.py", hint, seed)
         with tempfile.TemporaryDirectory(prefix="capstone-wheel-") as tmp:
             try:
                 built = wheel.build(Path(tmp) / "dist", cuda=env.cuda_mode(), entry=entry, headers=where)
