@@ -7,8 +7,6 @@ builds and loads what is in it, and runs your tests; helpers/grade.py grades it.
     side = capstone.load(folder)       build the folder's .cpp and .cu files into one library (its
                                        TORCH_LIBRARY blocks register course::swiglu), then run its swiglu.py's
                                        register(lib): returns that Python module. Re-running it is safe.
-    capstone.derivation(grad_gate, grad_up)   your backward formulas (functions of grad_y, gate, up) against
-                                       autograd on the native composition, in float64
     capstone.run_tests(folder)         your test file under pytest in a child process: (passed, output)
     capstone.reference(x)              silu(gate) * up in float64, the answer everything is checked against
 
@@ -19,7 +17,6 @@ Python side an op needs and its packaging: see kernels/exercises/swiglu/README.m
 from __future__ import annotations
 
 import dataclasses
-import os
 import subprocess
 import sys
 import types
@@ -128,27 +125,6 @@ def reference_grad(grad_y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return xd.grad
 
 
-def derivation(grad_gate, grad_up, cases: int = 5, seed: int = 0) -> None:
-    """Check your backward formulas before you write a kernel: grad_gate(grad_y, gate, up) and grad_up(grad_y,
-    gate, up), written with torch functions, against autograd in float64 on random values (gate from -12 to 12,
-    where silu bends and flattens). Raises AssertionError with the first wrong value."""
-    g = torch.Generator().manual_seed(seed)
-    for i in range(cases):
-        x = torch.randn(7, 2 * 33, generator=g, dtype=torch.float64) * (1 + 3 * i)
-        grad_y = torch.randn(7, 33, generator=g, dtype=torch.float64)
-        want_gate, want_up = reference_grad(grad_y, x).chunk(2, dim=-1)
-        gate, up = x.chunk(2, dim=-1)
-        for name, fn, want in (("grad_gate", grad_gate, want_gate), ("grad_up", grad_up, want_up)):
-            got = fn(grad_y, gate, up)
-            try:
-                torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)
-            except AssertionError as e:
-                raise AssertionError(
-                    f"{name} is not the derivative (case {i + 1}, gate up to {3 + 9 * i}):\n{e}"
-                ) from None
-    print(f"✅ derivation: grad_gate and grad_up match autograd on {cases} random cases in float64.")
-
-
 def run_tests(where: Path | None = None, *, timeout: float = 900) -> tuple[bool, str]:
     """Your test_swiglu.py under pytest, in a child process (a crash cannot end the notebook), from the course
     folder so that `from helpers import capstone` works in it. Returns (passed, pytest's output)."""
@@ -156,12 +132,11 @@ def run_tests(where: Path | None = None, *, timeout: float = 900) -> tuple[bool,
     test = where / "test_swiglu.py"
     if not test.is_file():
         raise NotReady(f"{_rel(test)} does not exist yet: your tests of the op go there")
-    child_env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(env.REPO_ROOT), os.environ.get("PYTHONPATH")]))
-    )
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", str(test)]
     try:
-        r = subprocess.run(cmd, cwd=env.REPO_ROOT, env=child_env, capture_output=True, text=True, timeout=timeout)
+        r = subprocess.run(
+            cmd, cwd=env.REPO_ROOT, env=env.child_environ(), capture_output=True, text=True, timeout=timeout
+        )
     except subprocess.TimeoutExpired:
         return False, f"pytest ran past {timeout:.0f} s"
     return r.returncode == 0, (r.stdout + r.stderr).strip()

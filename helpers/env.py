@@ -99,6 +99,13 @@ def write_badges(root: Path = REPO_ROOT) -> list[Path]:
     return changed
 
 
+def child_environ() -> dict[str, str]:
+    """This process's environment with the course folder first on PYTHONPATH: for a child process that imports
+    helpers (a grader, a learner's tests) from wherever it starts."""
+    path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    return dict(os.environ, PYTHONPATH=path)
+
+
 def solutions_enabled() -> bool:
     """True when notebooks should load exercise solutions instead of the learner's files."""
     return os.environ.get("COURSE_SOLUTIONS", "0").lower() in ("1", "true", "yes")

@@ -31,7 +31,6 @@ import argparse
 import dataclasses
 import json
 import math
-import os
 import re
 import signal
 import subprocess
@@ -176,8 +175,7 @@ def _run_child(where: Path, seed: int, todo: list[str], timeout: float, say) -> 
         events = Path(tmp) / "events.jsonl"
         cmd = [sys.executable, "-m", "helpers.grade", "--child", str(where), "--seed", str(seed)]
         cmd += ["--checks", ",".join(todo), "--events", str(events)]
-        child_env = dict(os.environ)
-        child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(env.REPO_ROOT), os.environ.get("PYTHONPATH")]))
+        child_env = env.child_environ()
         child_env.pop("COURSE_SANITIZING", None)
         try:
             r = subprocess.run(cmd, cwd=env.REPO_ROOT, env=child_env, capture_output=True, text=True, timeout=timeout)
@@ -982,7 +980,7 @@ def course(
 ) -> Progress:
     """Every exercise's self-check on your files (each in a child process, on this machine's devices), then the
     capstone's grade: a progress table. names: only these exercises."""
-    from . import exercises
+    from . import env, exercises
 
     say = (lambda s: None) if quiet else (lambda s: print(s, flush=True))
     rows = []
@@ -991,8 +989,8 @@ def course(
         try:
             r = subprocess.run(
                 [sys.executable, "-c", code],
-                cwd=_repo(),
-                env=_child_env(),
+                cwd=env.REPO_ROOT,
+                env=env.child_environ(),
                 capture_output=True,
                 text=True,
                 timeout=timeout,
@@ -1021,16 +1019,6 @@ def course(
     say("")
     say(progress.table())
     return progress
-
-
-def _repo() -> Path:
-    from . import env
-
-    return env.REPO_ROOT
-
-
-def _child_env() -> dict:
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(_repo()), os.environ.get("PYTHONPATH")])))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,7 +3,6 @@ corpus (helpers/grade_corpus.py) is rejected by the check it is meant for; a cra
 grading; the learner's empty folder gets a clear first step; the progress table of the whole course."""
 
 import pytest
-import torch
 
 from helpers import capstone, env, grade
 from helpers.grade_corpus import CORPUS, materialize
@@ -69,19 +68,6 @@ def test_the_learners_folder_holds_the_readme_only_and_it_is_the_solutions():
     assert (mine / "README.md").read_text() == (answer / "README.md").read_text()
     assert all(part.present for part in capstone.files(answer)), capstone.files(answer)
     assert not any(part.present for part in capstone.files(mine))
-
-
-def test_the_derivation_check_takes_the_right_formulas_and_names_a_wrong_one():
-    def grad_up(gy, g, u):
-        return gy * torch.nn.functional.silu(g)
-
-    def grad_gate(gy, g, u):
-        s = torch.sigmoid(g)
-        return gy * u * s * (1 + g * (1 - s))
-
-    capstone.derivation(grad_gate, grad_up)
-    with pytest.raises(AssertionError, match="grad_gate is not the derivative"):
-        capstone.derivation(lambda gy, g, u: gy * u * torch.sigmoid(g), grad_up)
 
 
 def test_the_course_table_lists_an_exercise_done_with_the_solutions_and_not_yet_with_the_stub(monkeypatch):
