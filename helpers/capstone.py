@@ -75,27 +75,27 @@ def _rel(p: Path) -> str:
         return str(p)
 
 
-def build(where: Path | None = None, *, cuda: bool | None = None):
-    """Build the folder's C++ and CUDA files as one library (the loader's cache: an edit recompiles that file)
-    and load it: its registrations run. Returns the library's Python module."""
+def build(where: Path | None = None, *, cuda: bool | None = None, name: str = NAME):
+    """Build the folder's C++ and CUDA files as one library named `name` (the loader's cache: an edit recompiles
+    that file) and load it: its registrations run. Returns the library's Python module."""
     where = Path(where or folder())
     srcs = sources(where)
     if not any(p.suffix == ".cpp" for p in srcs):
         raise NotReady(
-            f"{_rel(where)}/ has no .cpp file yet: the op starts with its glue, swiglu.cpp (see README.md there)"
+            f"{_rel(where)}/ has no .cpp file yet: the op starts with its glue, {name}.cpp (see README.md there)"
         )
     # The precompiled torch headers even on 2 cores: the glue is the learner's to write and edit, and an edit then
     # recompiles it in seconds (as a glue exercise's file does), not in most of a minute.
-    return loader.load(NAME, sources=srcs, include_dirs=[where], cuda=cuda, pch=True)
+    return loader.load(name, sources=srcs, include_dirs=[where], cuda=cuda, pch=True)
 
 
-def python_side(where: Path | None = None) -> types.ModuleType:
-    """The folder's swiglu.py, executed afresh as a module (an edit counts at once)."""
+def python_side(where: Path | None = None, *, name: str = NAME) -> types.ModuleType:
+    """The folder's NAME.py, executed afresh as a module (an edit counts at once)."""
     where = Path(where or folder())
-    path = where / "swiglu.py"
+    path = where / f"{name}.py"
     if not path.is_file():
-        raise NotReady(f"{_rel(where)}/swiglu.py does not exist yet: the fake kernels and autograd formula go there")
-    mod = types.ModuleType("course_capstone_swiglu")
+        raise NotReady(f"{_rel(where)}/{name}.py does not exist yet: the fake kernels and autograd formula go there")
+    mod = types.ModuleType(f"course_op_{name}")
     mod.__file__ = str(path)
     exec(compile(path.read_text(), str(path), "exec"), mod.__dict__)
     if not callable(getattr(mod, "register", None)):
@@ -103,12 +103,13 @@ def python_side(where: Path | None = None) -> types.ModuleType:
     return mod
 
 
-def load(where: Path | None = None, *, cuda: bool | None = None) -> types.ModuleType:
+def load(where: Path | None = None, *, cuda: bool | None = None, name: str = NAME) -> types.ModuleType:
     """build(), then the Python side's register(lib) with a fresh Library fragment (so a re-run registers again).
-    Returns the Python side's module; torch.ops.course.swiglu is the op."""
-    build(where, cuda=cuda)
-    side = python_side(where)
-    side.register(library.fresh("capstone swiglu"))
+    Returns the Python side's module; torch.ops.course.NAME is the op. `name`: the op of an op folder of this
+    shape other than the capstone's (lesson 09's practice ops, lesson 08's stretch step)."""
+    build(where, cuda=cuda, name=name)
+    side = python_side(where, name=name)
+    side.register(library.fresh(f"op folder {name}"))
     return side
 
 

@@ -4,8 +4,13 @@
     python -m helpers.grade swiglu --solution       # the course's answer, kernels/solutions/swiglu/
     python -m helpers.grade swiglu --folder DIR     # an op folder anywhere
     python -m helpers.grade swiglu --seed 1234      # replay a run's cases (the card prints its seed)
-    python -m helpers.grade --course                # every exercise's self-check and the capstone: progress
+    python -m helpers.grade cross_entropy           # a practice op of lesson 09 (kernels/exercises/cross_entropy/)
+    python -m helpers.grade --course                # every exercise's self-check, the capstone, the practice set
     report = grade.op(); report = grade.course()    # the same from a notebook cell
+
+Which ops: `swiglu` (lesson 08; its checks are the check_* functions of this file) and the practice set of
+lesson 09 (helpers/practice/<op>.py each: its SCHEMAS, CHECKS and check_* functions; `build`, `registered` and
+`integrity` are this file's, for every op).
 
 How it grades:
 * The checks run in a child process: a crash in a kernel (a segfault, an illegal address) ends that process,
@@ -40,6 +45,31 @@ import time
 from pathlib import Path
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
+NAME = "swiglu"  # this file is also the capstone's spec: NAME, SCHEMAS, CHECKS and its check_* functions
+
+
+def spec(name: str):
+    """The module that says how to grade op `name`: this one for the capstone, helpers/practice/NAME.py for a
+    practice op."""
+    import importlib
+
+    from . import practice
+
+    if name == NAME:
+        return sys.modules[__name__]
+    if name in practice.NAMES:
+        return importlib.import_module(f"helpers.practice.{name}")
+    raise ValueError(f"the grader knows {', '.join([NAME, *practice.NAMES])}; not {name!r}")
+
+
+def op_folder(name: str, solution: bool | None = None) -> Path:
+    """kernels/exercises/NAME/ (yours) or kernels/solutions/NAME/ (with solution=True or COURSE_SOLUTIONS=1)."""
+    from . import env
+
+    solution = env.solutions_enabled() if solution is None else solution
+    return env.KERNELS / ("solutions" if solution else "exercises") / name
+
+
 ICONS = {PASS: "✅", FAIL: "❌", SKIP: "⏭️ "}
 
 
@@ -125,19 +155,18 @@ def op(
     timeout: float = 1800,
     quiet: bool = False,
 ) -> Report:
-    """Grade the op in `folder` (default: your capstone folder, or the solution's with solution=True or
-    COURSE_SOLUTIONS=1): every check of CHECKS (or those named) in a child process. Prints each check as it
-    finishes and the card at the end (quiet=True prints nothing); returns the Report."""
-    from . import capstone, selfcheck
+    """Grade op `name` in `folder` (default: your folder, kernels/exercises/NAME/, or the solution's with
+    solution=True or COURSE_SOLUTIONS=1): every check of its CHECKS (or those named) in a child process. Prints
+    each check as it finishes and the card at the end (quiet=True prints nothing); returns the Report."""
+    from . import selfcheck
 
-    if name != capstone.NAME:
-        raise ValueError(f"the grader knows the op {capstone.NAME!r} (lesson 08's capstone), not {name!r}")
-    where = Path(folder) if folder else capstone.folder(solution)
+    every = spec(name).CHECKS
+    where = Path(folder) if folder else op_folder(name, solution)
     seed = selfcheck.new_seed(seed)
-    todo = list(checks or CHECKS)
-    unknown = [c for c in todo if c not in CHECKS]
+    todo = list(checks or every)
+    unknown = [c for c in todo if c not in every]
     if unknown:
-        raise ValueError(f"unknown checks {unknown}: the checks are {', '.join(CHECKS)}")
+        raise ValueError(f"unknown checks {unknown}: the checks of {name} are {', '.join(every)}")
     if "build" not in todo:
         todo.insert(0, "build")  # every other check needs the op loaded
     results: list[Result] = []
@@ -147,7 +176,9 @@ def op(
     while todo:
         # A new child after a crash loads the op again first: its build result is the first one's, not reported twice.
         again = any(r.check == "build" for r in results)
-        done, crashed, ended = _run_child(where, seed, todo if todo[0] == "build" else ["build", *todo], timeout, say)
+        done, crashed, ended = _run_child(
+            name, where, seed, todo if todo[0] == "build" else ["build", *todo], timeout, say
+        )
         if again and done and done[0].check == "build" and done[0].status == PASS:
             done = done[1:]
         results += done + ([crashed] if crashed else [])
@@ -165,7 +196,9 @@ def op(
     return report
 
 
-def _run_child(where: Path, seed: int, todo: list[str], timeout: float, say) -> tuple[list[Result], Result | None, str]:
+def _run_child(
+    name: str, where: Path, seed: int, todo: list[str], timeout: float, say
+) -> tuple[list[Result], Result | None, str]:
     """One child process for `todo`: the results it reported, a failed Result for the check it was in when it
     ended (a crash, a hang), and how it ended. The child also ends itself after an error that leaves CUDA unusable
     (an illegal address): the checks after it then run in a new process."""
@@ -173,7 +206,7 @@ def _run_child(where: Path, seed: int, todo: list[str], timeout: float, say) -> 
 
     with tempfile.TemporaryDirectory(prefix="grade-") as tmp:
         events = Path(tmp) / "events.jsonl"
-        cmd = [sys.executable, "-m", "helpers.grade", "--child", str(where), "--seed", str(seed)]
+        cmd = [sys.executable, "-m", "helpers.grade", name, "--child", str(where), "--seed", str(seed)]
         cmd += ["--checks", ",".join(todo), "--events", str(events)]
         child_env = env.child_environ()
         child_env.pop("COURSE_SANITIZING", None)
@@ -228,12 +261,13 @@ class Skip(Exception):
 class Context:
     """What a check gets: the folder, the seed, the devices, a generator, and case() to name the case it runs."""
 
-    def __init__(self, folder: Path, seed: int, events: Path):
+    def __init__(self, folder: Path, seed: int, events: Path, spec=None):
         import torch
 
         from . import env
 
         self.folder, self.seed, self._events = folder, seed, events
+        self.spec = spec if spec is not None else sys.modules[__name__]
         self.devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() and env.cuda_mode() else [])
         self.current_case: str | None = None
 
@@ -355,18 +389,19 @@ LAYOUTS = ("contiguous", "transposed", "strided", "offset")
 
 
 def check_build(ctx: Context) -> str:
-    """The folder builds (the C++ and CUDA files as one library) and its swiglu.py registers."""
+    """The folder builds (the C++ and CUDA files as one library) and its NAME.py registers."""
     from . import capstone, loader
 
+    name = ctx.spec.NAME
     try:
-        capstone.load(ctx.folder)
+        capstone.load(ctx.folder, name=name)
     except capstone.NotReady as e:
         raise Fail(str(e)) from None
     except loader.BuildError as e:
         raise Fail("the build failed:\n" + "\n".join(str(e).strip().splitlines()[:12])) from None
     cuda = "cuda" in ctx.devices
     files = ", ".join(p.name for p in capstone.sources(ctx.folder) if cuda or p.suffix != ".cu")
-    return f"built and loaded: {files}, swiglu.py registered"
+    return f"built and loaded: {files}, {name}.py registered"
 
 
 SCHEMAS = {
@@ -380,7 +415,7 @@ def check_registered(ctx: Context) -> str:
     Python (a Python kernel that calls torch's own functions is not a kernel of yours)."""
     import torch
 
-    for name, want in SCHEMAS.items():
+    for name, want in ctx.spec.SCHEMAS.items():
         ctx.case(name)
         ns, op_name = name.split("::")
         try:
@@ -399,9 +434,9 @@ def check_registered(ctx: Context) -> str:
                 raise Fail(
                     f"{name}'s {key} kernel is registered from Python ({Path(where.group(1)).name}): it must be your C++ kernel"
                 )
-    return "course::swiglu(Tensor x) -> Tensor and swiglu_backward, C++ kernels for " + " and ".join(
-        d.upper() for d in ctx.devices
-    )
+    first, *rest = ctx.spec.SCHEMAS.values()
+    others = "".join(f" and {r.split('(')[0].split('::')[1]}" for r in rest)
+    return f"{first}{others}, C++ kernels for " + " and ".join(d.upper() for d in ctx.devices)
 
 
 def check_forward(ctx: Context) -> str:
@@ -698,6 +733,12 @@ def check_stream(ctx: Context) -> str:
         raise Skip("no GPU")
     g = ctx.generator("stream")
     side = torch.cuda.Stream()
+    # Warm-up: the first launch of a kernel loads its module, which waits for the whole device, and would order a
+    # launch on the wrong stream after the sleep by accident.
+    warm = torch.randn(4, 2 * 64, device="cuda")
+    with torch.cuda.stream(side):
+        torch.ops.course.swiglu_backward(torch.ops.course.swiglu(warm), warm)
+    torch.cuda.synchronize()
     for what in ("forward", "backward"):
         ctx.case(f"{what} on a side stream, after torch.cuda._sleep on it")
         src = _rand((256, 2 * 1024), "float32", "cuda", g)
@@ -920,21 +961,32 @@ CHECKS = [
 ORIGINAL: dict[str, object] = {}
 
 
-def _child(folder: Path, seed: int, checks: list[str], events: Path) -> int:
+# The checks every op gets from this file; an op's spec module defines the others.
+GENERIC = ("build", "registered", "integrity")
+
+
+def _check_function(op_spec, name: str):
+    if name in GENERIC:
+        return globals()[f"check_{name}"]
+    return getattr(op_spec, f"check_{name}")
+
+
+def _child(op_name: str, folder: Path, seed: int, checks: list[str], events: Path) -> int:
     ORIGINAL.update(_watched())  # before anything of the op's loads
     import torch
 
     from . import env
 
     env.bootstrap(quiet=True)
-    ctx = Context(folder, seed, events)
+    op_spec = spec(op_name)
+    ctx = Context(folder, seed, events, op_spec)
     for name in checks:
         ctx.emit(event="start", check=name)
         ctx.current_case = None
         torch.manual_seed(seed)
         t0 = time.time()
         try:
-            detail, status = globals()[f"check_{name}"](ctx), PASS
+            detail, status = _check_function(op_spec, name)(ctx), PASS
         except Fail as e:
             detail, status = str(e), FAIL
         except Skip as e:
@@ -976,10 +1028,15 @@ class Progress:
 
 
 def course(
-    names: list[str] | None = None, *, capstone: bool = True, timeout: float = 1800, quiet: bool = False
+    names: list[str] | None = None,
+    *,
+    capstone: bool = True,
+    practice: bool = True,
+    timeout: float = 1800,
+    quiet: bool = False,
 ) -> Progress:
     """Every exercise's self-check on your files (each in a child process, on this machine's devices), then the
-    capstone's grade: a progress table. names: only these exercises."""
+    capstone's grade and each practice op's: a progress table. names: only these exercises."""
     from . import env, exercises
 
     say = (lambda s: None) if quiet else (lambda s: print(s, flush=True))
@@ -1011,10 +1068,14 @@ def course(
             status, line = FAIL, f"ran past {timeout:.0f} s"
         rows.append((name, status, line.lstrip("✅❌ ").strip()))
         say(f"{ICONS[status]} {name}: {rows[-1][2]}")
-    if capstone:
-        report = op(quiet=True, timeout=timeout)
-        rows.append(("capstone: swiglu", PASS if report.passed else FAIL, report.verdict()))
-        say(f"{ICONS[rows[-1][1]]} capstone: {report.verdict()}")
+    from . import practice as practice_set
+
+    graded = ([NAME] if capstone else []) + (list(practice_set.NAMES) if practice else [])
+    for name in graded:
+        report = op(name, quiet=True, timeout=timeout)
+        label = f"capstone: {name}" if name == NAME else f"practice: {name}"
+        rows.append((label, PASS if report.passed else FAIL, report.verdict()))
+        say(f"{ICONS[rows[-1][1]]} {label}: {report.verdict()}")
     progress = Progress(rows)
     say("")
     say(progress.table())
@@ -1023,18 +1084,18 @@ def course(
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m helpers.grade", description=__doc__.split("\n\n")[0])
-    p.add_argument("op", nargs="?", default="swiglu")
-    p.add_argument("--folder", help="the op folder to grade (default: your capstone folder)")
+    p.add_argument("op", nargs="?", default=NAME, help="swiglu (lesson 08) or a practice op of lesson 09")
+    p.add_argument("--folder", help="the op folder to grade (default: yours, kernels/exercises/OP/)")
     p.add_argument("--solution", action="store_true", help="grade the course's answer")
     p.add_argument("--seed", type=int)
-    p.add_argument("--checks", help="comma-separated: only these checks (" + ", ".join(CHECKS) + ")")
+    p.add_argument("--checks", help="comma-separated: only these checks (swiglu's: " + ", ".join(CHECKS) + ")")
     p.add_argument("--course", action="store_true", help="every exercise's self-check and the capstone")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--events", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     checks = a.checks.split(",") if a.checks else None
     if a.child:
-        return _child(Path(a.child), a.seed, checks or CHECKS, Path(a.events))
+        return _child(a.op, Path(a.child), a.seed, checks or spec(a.op).CHECKS, Path(a.events))
     if a.course:
         return 0 if all(s == PASS for _, s, _ in course().rows) else 1
     report = op(a.op, folder=a.folder, solution=True if a.solution else None, seed=a.seed, checks=checks)

@@ -8,6 +8,7 @@ in place of one's own.
 
     python -m helpers.grade_corpus            # grade every entry this machine can run (a GPU: all of them)
     python -m helpers.grade_corpus NAME ...   # these entries
+    python -m helpers.grade_corpus --op OP    # a practice op's corpus (helpers/practice/OP.py CORPUS)
 
 tests/grade/test_grade.py runs each entry's rejecting check (CPU entries in CI, all on a GPU).
 """
@@ -293,13 +294,16 @@ CORPUS = [
 BY_NAME = {e.name: e for e in CORPUS}
 
 
-def materialize(entry: Entry, where: Path) -> Path:
-    """The entry's folder in `where`: the solution's files with its edits. An edited file, and every file that
+def materialize(entry: Entry, where: Path, op: str = capstone.NAME) -> Path:
+    """The entry's folder in `where`: the solution's files of op `op` (default the capstone's; a practice op's
+    corpus is in helpers/practice/OP.py) with its edits. An edited file, and every file that
     includes one (so that its includes find the edited one), is a copy; the others are links to the solution's,
     which the loader's cache knows by their real path: only what an entry changes is compiled again."""
     import re
 
-    src = capstone.folder(solution=True)
+    from . import grade
+
+    src = grade.op_folder(op, solution=True)
     out = Path(where) / entry.name
     out.mkdir(parents=True)
     texts = {p.name: p.read_text() for p in sorted(src.iterdir()) if p.is_file()}
@@ -331,11 +335,16 @@ def main(argv: list[str]) -> int:
     from . import env, grade
 
     cuda = torch.cuda.is_available() and env.cuda_mode()
-    chosen = [BY_NAME[n] for n in argv] if argv else [e for e in CORPUS if cuda or e.part == "cpu"]
+    op = capstone.NAME
+    if argv and argv[0] == "--op":
+        op, argv = argv[1], argv[2:]
+    corpus = grade.spec(op).CORPUS if op != capstone.NAME else CORPUS
+    by_name = {e.name: e for e in corpus}
+    chosen = [by_name[n] for n in argv] if argv else [e for e in corpus if cuda or e.part == "cpu"]
     wrong = []
     with tempfile.TemporaryDirectory(prefix="corpus-") as tmp:
         for entry in chosen:
-            report = grade.op(folder=materialize(entry, Path(tmp)), quiet=True)
+            report = grade.op(op, folder=materialize(entry, Path(tmp), op), quiet=True)
             failed = [r.check for r in report.failed]
             ok = entry.rejects in failed
             print(

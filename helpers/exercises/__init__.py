@@ -96,8 +96,28 @@ def make_stub(text: str) -> str:
     raise ValueError("no // BEGIN SOLUTION ... // END SOLUTION block (# BEGIN SOLUTION ... in Python)")
 
 
+def _op_folder_stub(text: str) -> str:
+    """A file of a practice op's folder: the stub where it has answer blocks, else the file as it is (a header of
+    declarations, a README, the tests)."""
+    return make_stub(text) if (_BLOCK.search(text) or _PY_BLOCK.search(text)) else text
+
+
 def expected() -> dict[Path, str]:
-    return {EXERCISES / f.name: make_stub(f.read_text()) for f in sorted(SOLUTIONS.iterdir()) if f.is_file()}
+    """Every file of kernels/exercises/ that is generated: one per exercise file of kernels/solutions/, and the
+    learner's copy of each practice op's folder (lesson 09: helpers/practice)."""
+    from ..practice import NAMES as PRACTICE
+
+    out = {EXERCISES / f.name: make_stub(f.read_text()) for f in sorted(SOLUTIONS.iterdir()) if f.is_file()}
+    for op in PRACTICE:
+        src = SOLUTIONS / op
+        if src.is_dir():
+            for f in sorted(src.iterdir()):
+                if f.is_file() and f.suffix in _OP_FOLDER_SUFFIXES:
+                    out[EXERCISES / op / f.name] = _op_folder_stub(f.read_text())
+    return out
+
+
+_OP_FOLDER_SUFFIXES = {".h", ".cuh", ".cu", ".cpp", ".py", ".md"}
 
 
 def out_of_sync() -> list[Path]:
@@ -109,12 +129,14 @@ def main(argv: list[str]) -> int:
         bad = out_of_sync()
         for p in bad:
             print(
-                f"{p.relative_to(KERNELS.parent)} differs from the stub generated from kernels/solutions/{p.name}.\n"
+                f"{p.relative_to(KERNELS.parent)} differs from the stub generated from "
+                f"kernels/solutions/{p.relative_to(EXERCISES)}.\n"
                 "  Learner: that is your work, nothing to fix. Developer: run `python -m helpers.exercises`."
             )
         return 1 if bad else 0
     EXERCISES.mkdir(exist_ok=True)
     for p, text in expected().items():
+        p.parent.mkdir(exist_ok=True)
         p.write_text(text)
         print(f"wrote {p.relative_to(KERNELS.parent)}")
     return 0

@@ -81,6 +81,35 @@ def test_wrong_answer_fails_selfcheck(name, wrong, device):
         pytest.skip(f"breaks the {wrong.part} part; this run checks {device.type}")
     if wrong.min_free_gib and torch.cuda.mem_get_info()[0] < wrong.min_free_gib * 2**30:
         pytest.skip(f"the self-check catches this with {wrong.min_free_gib:.0f} GiB of free GPU memory")
+    if wrong.min_free_gib:  # an index that wraps past 2^31 can fault: a sticky error ends CUDA in its process
+        _in_a_child_fails_selfcheck(name, wrong)
+        return
     ext = exercises.build_wrong(name, wrong)
     with pytest.raises(AssertionError, match=re.escape("not yet")):
         exercises.module(name).check(device=device, ext=ext)
+
+
+def _in_a_child_fails_selfcheck(name, wrong):
+    """The wrong answer's self-check on the GPU in a process of its own, so that an illegal address it causes
+    cannot fail the tests after it in this one."""
+    import subprocess
+    import sys
+
+    i = exercises.module(name).WRONG.index(wrong)
+    code = (
+        "from helpers import env, exercises\n"
+        "env.bootstrap(quiet=True)\n"
+        f"m = exercises.module({name!r}); w = m.WRONG[{i}]\n"
+        "try:\n"
+        f"    m.check(device='cuda', ext=exercises.build_wrong({name!r}, w))\n"
+        "except AssertionError as e:\n"
+        "    print('REJECTED' if 'not yet' in str(e) else 'OTHER ASSERTION', str(e).splitlines()[0])\n"
+        "else:\n"
+        "    print('PASSED')\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], cwd=env.REPO_ROOT, env=env.child_environ(), capture_output=True, text=True
+    )
+    assert "REJECTED" in r.stdout, (
+        f"{name}: {wrong.why}: the self-check did not reject it:\n{r.stdout}{r.stderr[-3000:]}"
+    )

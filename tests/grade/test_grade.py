@@ -71,9 +71,9 @@ def test_the_learners_folder_holds_the_readme_only_and_it_is_the_solutions():
 
 
 def test_the_course_table_lists_an_exercise_done_with_the_solutions_and_not_yet_with_the_stub(monkeypatch):
-    stub = grade.course(["square_fake"], capstone=False, quiet=True)
+    stub = grade.course(["square_fake"], capstone=False, practice=False, quiet=True)
     assert stub.rows[0][:2] == ("square_fake", grade.FAIL) and "not yet" in stub.rows[0][2], stub.table()
     monkeypatch.setenv("COURSE_SOLUTIONS", "1")
-    done = grade.course(["square_fake"], capstone=False, quiet=True)
+    done = grade.course(["square_fake"], capstone=False, practice=False, quiet=True)
     assert done.rows[0][:2] == ("square_fake", grade.PASS), done.table()
     assert "1 of 1 done." in done.table()
