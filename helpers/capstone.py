@@ -97,6 +97,7 @@ def python_side(where: Path | None = None, *, name: str = NAME) -> types.ModuleT
         raise NotReady(f"{_rel(where)}/{name}.py does not exist yet: the fake kernels and autograd formula go there")
     mod = types.ModuleType(f"course_op_{name}")
     mod.__file__ = str(path)
+    sys.modules[mod.__name__] = mod  # torch.compile looks functions' modules up by name when it traces them
     exec(compile(path.read_text(), str(path), "exec"), mod.__dict__)
     if not callable(getattr(mod, "register", None)):
         raise NotReady(f"{_rel(path)} has no register(lib) function: the README says what it does")
