@@ -4,7 +4,7 @@ the gradient for B. helpers/grade.py runs these checks in a child process (`pyth
 What a case is here: A drawn from the seed as row lengths (random, with empty rows, none at all, one row holding
 most nonzeros, a power law), sorted random columns and N(0, 1) values; B in one of the layouts of grade._rand
 (contiguous, transposed, strided, offset by one element); every dtype the op claims (float32, float64), every
-device, and on the GPU every kernel of the op (kernel="auto", "warp_per_row", "balanced"). The reference is
+device, and on the GPU every kernel of the op (variant="auto", "warp_per_row", "balanced"). The reference is
 float64, from a copy of the inputs made before the call; a long row's sum in float32 is allowed the error its
 float adds make (a multiple of 2^-24 times the sum of the terms' sizes), on top of the dtype's tolerance.
 """
@@ -20,11 +20,11 @@ NAME = "csr_matmul"
 SCHEMAS = {
     "course::csr_matmul": (
         "course::csr_matmul(Tensor crow_indices, Tensor col_indices, Tensor values, Tensor dense, int n_cols_A, "
-        'str kernel="auto") -> Tensor'
+        'str variant="auto") -> Tensor'
     ),
     "course::csr_matmul_backward": (
         "course::csr_matmul_backward(Tensor crow_indices, Tensor col_indices, Tensor values, Tensor grad_y, int k, "
-        'str kernel="auto") -> Tensor'
+        'str variant="auto") -> Tensor'
     ),
 }
 CHECKS = [
@@ -191,7 +191,7 @@ def _dense(k: int, n, dtype, device: str, g, layout: str):
 
 def _describe(m, k, n, kind, dtype, layout, device, kernel) -> str:
     b = f"B [{k}]" if n is None else f"B [{k}, {n}]"
-    return f"A {m}x{k} ({kind} rows), {b} {layout}, {dtype}, kernel={kernel!r}, on {device}"
+    return f"A {m}x{k} ({kind} rows), {b} {layout}, {dtype}, variant={kernel!r}, on {device}"
 
 
 def _cases(g, random_count: int = 4):
@@ -255,7 +255,7 @@ def check_inputs_unchanged(ctx) -> str:
     g = ctx.generator("inputs_unchanged")
     for device in ctx.devices:
         for kernel in _kernels(device):
-            ctx.case(f"A 37x29 (skewed rows), B [29, 40], float32, kernel={kernel!r}, on {device}")
+            ctx.case(f"A 37x29 (skewed rows), B [29, 40], float32, variant={kernel!r}, on {device}")
             crow, col, values = _csr(_lengths(37, "skewed", g), 29, "float32", device, g)
             b = _dense(29, 40, "float32", device, g, "contiguous")
             grad_y = _dense(37, 40, "float32", device, g, "contiguous")
@@ -349,10 +349,10 @@ def check_skewed(ctx) -> str:
                 want_grad = _reference_grad(crow, col, values, grad_y, k)
                 for kernel in _kernels(device):
                     what = f"A {m}x{k} with {nnz} nonzeros, {int(lengths.max())} in one row"
-                    ctx.case(f"{what}, B {list(b.shape)} {dtype}, kernel={kernel!r}, on {device}")
+                    ctx.case(f"{what}, B {list(b.shape)} {dtype}, variant={kernel!r}, on {device}")
                     _canary(m * (n or 1), _dtype(dtype), device, g)
                     _close(op(crow, col, values, b, k, kernel), *want, "Y")
-                    ctx.case(f"backward: {what}, grad_Y {list(grad_y.shape)} {dtype}, kernel={kernel!r}, on {device}")
+                    ctx.case(f"backward: {what}, grad_Y {list(grad_y.shape)} {dtype}, variant={kernel!r}, on {device}")
                     _canary(k * (n or 1), _dtype(dtype), device, g)
                     got = torch.ops.course.csr_matmul_backward(crow, col, values, grad_y, k, kernel)
                     _close(got, *want_grad, "grad_dense")
@@ -395,7 +395,7 @@ def _bad_inputs(device: str):
         ("crow_indices 2-D", "crow_indices", lambda: op(crow[None], col, values, b, 4)),
         ("crow_indices empty", "crow_indices", lambda: op(crow[:0], col, values, b, 4)),
         ("n_cols_A = -1", "n_cols_A", lambda: op(crow, col, values, b[:0], -1)),
-        ("kernel='fastest'", "kernel", lambda: op(crow, col, values, b, 4, "fastest")),
+        ("variant='fastest'", "variant", lambda: op(crow, col, values, b, 4, "fastest")),
         ("backward: grad_y of 3 rows for M = 4", "grad_y", lambda: backward(crow, col, values, gy[:3], 4)),
         ("backward: grad_y float64", "grad_y", lambda: backward(crow, col, values, gy.double(), 4)),
         (
@@ -551,7 +551,7 @@ def check_stream(ctx) -> str:
         torch.cuda.synchronize()
         for kernel in KERNELS:
             for what in ("forward", "backward"):
-                ctx.case(f"{what}, kernel={kernel!r}, B {list(src_b.shape)}, on a side stream after torch.cuda._sleep")
+                ctx.case(f"{what}, variant={kernel!r}, B {list(src_b.shape)}, on a side stream after torch.cuda._sleep")
                 values, b, gy = (torch.zeros_like(t) for t in (src_values, src_b, src_gy))
                 torch.cuda.synchronize()
                 with torch.cuda.stream(side):
@@ -600,14 +600,14 @@ def check_large(ctx) -> str:
     # The reference from the rows A uses only: B's other rows cannot change Y.
     want = _reference(crow, torch.searchsorted(used, col), values, b[used])
     for kernel in ("warp_per_row", "balanced"):
-        ctx.case(f"A {m}x{k} (columns near {k}), B [{k}, {n}] float32 ({k * n:,} values), kernel={kernel!r}")
+        ctx.case(f"A {m}x{k} (columns near {k}), B [{k}, {n}] float32 ({k * n:,} values), variant={kernel!r}")
         _close(torch.ops.course.csr_matmul(crow, col, values, b, k, kernel), *want, "Y")
     del b
     torch.cuda.empty_cache()
     grad_y = torch.randn(m, n, device="cuda", generator=gen)
     want_rows, size_rows = _reference_grad(crow, torch.searchsorted(used, col), values, grad_y, used.numel())
     for kernel in ("warp_per_row", "balanced"):
-        ctx.case(f"backward: grad_dense [{k}, {n}] float32, kernel={kernel!r}")
+        ctx.case(f"backward: grad_dense [{k}, {n}] float32, variant={kernel!r}")
         got = torch.ops.course.csr_matmul_backward(crow, col, values, grad_y, k, kernel)
         _close(got[used], want_rows, size_rows, "grad_dense's rows that A's columns name")
         touched = int(got.ne(0).any(1).sum())

@@ -2,9 +2,9 @@
 // for a sparse A of M rows and n_cols_A = K columns in CSR (crow_indices, col_indices, values) and a dense B,
 // and the gradient for B (A is data: values get none).
 //
-//   course::csr_matmul(crow_indices, col_indices, values, dense, n_cols_A, kernel="auto")
+//   course::csr_matmul(crow_indices, col_indices, values, dense, n_cols_A, variant="auto")
 //       dense [K, N] -> Y [M, N]; dense [K] -> Y [M]
-//   course::csr_matmul_backward(crow_indices, col_indices, values, grad_y, k, kernel="auto")
+//   course::csr_matmul_backward(crow_indices, col_indices, values, grad_y, k, variant="auto")
 //       grad_y [M, N] -> grad_dense = A^T @ grad_y [k, N]; grad_y [M] -> [k]
 //
 // This file checks the arguments (an error names the argument) and A's indices: on the CPU before the loops
@@ -133,7 +133,7 @@ at::Tensor csr_matmul_kernel(const at::Tensor& crow_in, const at::Tensor& col_in
   TORCH_CHECK_VALUE(n_cols_A >= 0, "n_cols_A (K, the columns of A) must be >= 0, got ",
                     std::to_string(n_cols_A));
   check_dense(dense_in, "dense", values_in, n_cols_A, "n_cols_A");
-  [[maybe_unused]] const CsrKernel kernel = check_choice(kernel_name, "kernel", kCsrKernelNames);
+  [[maybe_unused]] const CsrKernel kernel = check_choice(kernel_name, "variant", kCsrKernelNames);
   const at::Tensor crow = crow_in.contiguous(), col = col_in.contiguous(), values = values_in.contiguous();
   const at::Tensor dense = dense_in.contiguous();
   const int64_t k = n_cols_A, nnz = col.numel(), n = dense.dim() == 1 ? 1 : dense.size(1);
@@ -180,7 +180,7 @@ at::Tensor csr_matmul_backward_kernel(const at::Tensor& crow_in, const at::Tenso
   const int64_t m = check_csr(crow_in, col_in, values_in);
   TORCH_CHECK_VALUE(k >= 0, "k (the columns of A, grad_dense's rows) must be >= 0, got ", std::to_string(k));
   check_dense(grad_y_in, "grad_y", values_in, m, "M = crow_indices.numel() - 1");
-  [[maybe_unused]] const CsrKernel kernel = check_choice(kernel_name, "kernel", kCsrKernelNames);
+  [[maybe_unused]] const CsrKernel kernel = check_choice(kernel_name, "variant", kCsrKernelNames);
   const at::Tensor crow = crow_in.contiguous(), col = col_in.contiguous(), values = values_in.contiguous();
   const at::Tensor grad_y = grad_y_in.contiguous();
   const int64_t nnz = col.numel(), n = grad_y.dim() == 1 ? 1 : grad_y.size(1);
@@ -228,10 +228,10 @@ at::Tensor csr_matmul_backward_kernel(const at::Tensor& crow_in, const at::Tenso
 COURSE_LIBRARY(m) {
   define(m,
          "csr_matmul(Tensor crow_indices, Tensor col_indices, Tensor values, Tensor dense, int n_cols_A, "
-         "str kernel=\"auto\") -> Tensor");
+         "str variant=\"auto\") -> Tensor");
   define(m,
          "csr_matmul_backward(Tensor crow_indices, Tensor col_indices, Tensor values, Tensor grad_y, int k, "
-         "str kernel=\"auto\") -> Tensor");
+         "str variant=\"auto\") -> Tensor");
 }
 
 COURSE_IMPL_CPU_CUDA(m) {

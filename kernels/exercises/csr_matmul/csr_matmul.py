@@ -36,7 +36,7 @@ def _check_csr(crow_indices, col_indices, values) -> None:
     )
 
 
-def csr_matmul_fake(crow_indices, col_indices, values, dense, n_cols_A, kernel="auto"):
+def csr_matmul_fake(crow_indices, col_indices, values, dense, n_cols_A, variant="auto"):
     """What course::csr_matmul returns: [M] for a 1-D dense, [M, N] for [K, N]; values' dtype, contiguous."""
     _check_csr(crow_indices, col_indices, values)
     torch._check(dense.dim() in (1, 2), lambda: f"dense must be 1-D or 2-D, got shape {list(dense.shape)}")
@@ -46,7 +46,7 @@ def csr_matmul_fake(crow_indices, col_indices, values, dense, n_cols_A, kernel="
     return dense.new_empty(_out_shape(crow_indices.shape[0] - 1, dense))
 
 
-def csr_matmul_backward_fake(crow_indices, col_indices, values, grad_y, k, kernel="auto"):
+def csr_matmul_backward_fake(crow_indices, col_indices, values, grad_y, k, variant="auto"):
     """What course::csr_matmul_backward returns: grad_dense, [k] or [k, N] as grad_y is [M] or [M, N]."""
     _check_csr(crow_indices, col_indices, values)
     torch._check(grad_y.dim() in (1, 2), lambda: f"grad_y must be 1-D or 2-D, got shape {list(grad_y.shape)}")
@@ -58,7 +58,7 @@ def csr_matmul_backward_fake(crow_indices, col_indices, values, grad_y, k, kerne
 
 
 def setup_context(ctx, inputs, output):
-    crow_indices, col_indices, values, dense, n_cols_A, kernel = inputs
+    crow_indices, col_indices, values, dense, n_cols_A, variant = inputs
     if values.requires_grad:
         raise ValueError(
             "values requires grad, but course::csr_matmul differentiates the dense operand only (A is data): "
@@ -73,7 +73,7 @@ def backward(ctx, grad_y):
     raise NotImplementedError("exercise: your code here")
 
 
-def csr_matmul(A, B: torch.Tensor, kernel: str = "auto") -> torch.Tensor:
+def csr_matmul(A, B: torch.Tensor, variant: str = "auto") -> torch.Tensor:
     """A @ B, differentiable in B once register() has run. A: a 2-D torch.sparse_csr_tensor [M, K] (int32 indices
     are widened to int64), or the tuple (crow_indices, col_indices, values, n_cols). B: [K, N] or [K]."""
     if isinstance(A, tuple):
@@ -84,7 +84,7 @@ def csr_matmul(A, B: torch.Tensor, kernel: str = "auto") -> torch.Tensor:
         if A.dim() != 2:
             raise ValueError(f"A must be a 2-D CSR matrix, got shape {list(A.shape)} (batched CSR is not supported)")
         crow, col, values, n_cols = A.crow_indices(), A.col_indices(), A.values(), A.shape[1]
-    return torch.ops.course.csr_matmul(crow.long(), col.long(), values, B, n_cols, kernel)
+    return torch.ops.course.csr_matmul(crow.long(), col.long(), values, B, n_cols, variant)
 
 
 def register(lib: torch.library.Library) -> None:

@@ -146,7 +146,7 @@ def test_bad_indices_get_an_error_naming_them(device, crow, col, name):
         (lambda c, j, v, b: (c, j, v.half(), b.half(), 4), TypeError, "values"),
         (lambda c, j, v, b: (c, j, v, b.double(), 4), TypeError, "dense"),
         (lambda c, j, v, b: (c, j, v, torch.randn(5, 2), 4), ValueError, "dense"),
-        (lambda c, j, v, b: (c, j, v, b, 4, "fastest"), ValueError, "kernel"),
+        (lambda c, j, v, b: (c, j, v, b, 4, "fastest"), ValueError, "variant"),
     ],
 )
 def test_bad_arguments_get_an_error_naming_them(args, error, name):
