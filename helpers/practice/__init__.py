@@ -2,7 +2,8 @@
 
     practice.NAMES                     the ops: batchnorm_relu, cross_entropy, masked_softmax, csr_matmul
     practice.folder(name)              kernels/exercises/NAME/ (yours), kernels/solutions/NAME/ with COURSE_SOLUTIONS=1
-    practice.files(name)               each file of the folder and the TODOs left in it
+    practice.files(name)               each file of the folder and the TODOs left in it (practice.show prints it)
+    practice.restore(name, file)       write one file's stub again (your edits to it are lost)
     practice.load(name)                build the folder and register its ops (torch.ops.course.*); returns NAME.py
     practice.check(name)               the self-check: the grader's checks (all but speed) in a child process;
                                        raises AssertionError "practice NAME: not yet. ..." with the first failure
@@ -43,6 +44,8 @@ def folder(name: str, solution: bool | None = None) -> Path:
 @dataclasses.dataclass
 class File:
     file: str
+    present: bool  # in your folder
+    given: bool  # the course's as it is: nothing in it to write
     todos: int  # TODO(exercise) blocks left in your copy
     lines: int  # lines the solution writes there
 
@@ -55,7 +58,8 @@ def files(name: str, where: Path | None = None) -> list[File]:
         mine = where / p.name
         text = mine.read_text() if mine.is_file() else ""
         todos = _TODO.findall(text)
-        out.append(File(p.name, len(todos), sum(map(int, todos))))
+        given = "BEGIN SOLUTION" not in p.read_text()
+        out.append(File(p.name, mine.is_file(), given, len(todos), sum(map(int, todos))))
     return out
 
 
@@ -64,8 +68,26 @@ def show(name: str, where: Path | None = None) -> None:
     where = Path(where or folder(name))
     print(f"{name}: {_rel(where)}/")
     for f in files(name, where):
-        left = f"{f.todos} TODO(s), about {f.lines} lines" if f.todos else "done (or nothing to write)"
+        if not f.present:
+            left = f"missing: practice.restore({name!r}, {f.file!r}) writes its stub again"
+        else:
+            left = f"{f.todos} TODO(s), about {f.lines} lines" if f.todos else ("given" if f.given else "no TODO left")
         print(f"  {f.file:<26} {left}")
+
+
+def restore(name: str, file: str) -> Path:
+    """Write the stub of one file of your folder again (the solution's file with its answers taken out), as the
+    course shipped it: your edits to that file are lost; the other files are left alone."""
+    from .. import exercises
+
+    src = folder(name, solution=True) / file
+    if not src.is_file():
+        raise ValueError(f"{name}'s folder has no file {file!r}: " + ", ".join(f.file for f in files(name)))
+    stub = exercises.expected()[exercises.EXERCISES / name / file]
+    dst = folder(name, solution=False) / file
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    dst.write_text(stub)
+    return dst
 
 
 def _rel(p: Path) -> str:
