@@ -1,6 +1,7 @@
 # make lab        set up (first time) and open JupyterLab at notebooks/
 # make test       set up (first time) and run every test (no GPU needed), in TEST_JOBS processes (default 3;
 #                 TEST_JOBS=0 runs them in this one)
+# make test-browser  every lesson run whole in JupyterLab in headless Chromium, screenshots into $(OUT)/browser
 # make test-gpu   on a GPU machine: tests, notebooks and benchmarks on the GPU, results into $(OUT)
 #                 (PY=python3 uses an existing interpreter and installs nothing)
 # make format     ruff format + clang-format;  make strip  removes notebook outputs
@@ -13,7 +14,7 @@ TEST_JOBS ?= 3
 SETUP := $(if $(filter $(VENV)/%,$(PY)),$(VENV)/.ready)
 PIP_QUIET := 2>&1 | grep -v -e "is ignored" -e "^$$" || true
 
-.PHONY: setup lab test test-gpu test-gpu-unit test-gpu-nb test-gpu-times test-gpu-sanitize bench format strip exercises clean
+.PHONY: setup lab test test-browser browser-setup test-gpu test-gpu-unit test-gpu-nb test-gpu-times test-gpu-sanitize bench format strip exercises clean
 
 setup: $(SETUP)
 
@@ -38,13 +39,24 @@ lab: $(SETUP)
 test: $(SETUP)
 	$(PY) -m pytest $(if $(filter-out 0,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadgroup)
 
+# The lessons in a browser (tests/browser/): JupyterLab driven in headless Chromium by Playwright. make test runs
+# lessons 00 and 01 whole and the other lessons' widget cells (tests/lessons/ runs every lesson whole, headless);
+# test-browser runs every lesson whole. Chromium is the system's (Debian: apt-get install chromium; .ci/run
+# installs it): Playwright's own browser download is never used. Without either the test skips, saying why.
+browser-setup: $(SETUP)
+	$(PY) -m pip install -q "playwright>=1.40" $(PIP_QUIET)
+
+test-browser: browser-setup
+	mkdir -p $(OUT)/browser
+	COURSE_BROWSER_LESSONS=all COURSE_BROWSER_OUT=$(OUT)/browser $(PY) -m pytest -q -p no:cacheprovider tests/browser
+
 # On the GPU machine the parts run one at a time too (each fits a 10-minute call):
 #   test-gpu-unit   every test but the notebooks (XDIST="-n 8 --dist loadgroup" where pytest-xdist is
 #                   installed: tests/conftest.py groups the tests, a file to a process as a rule)
 #   test-gpu-nb     every notebook, with solutions and in learner mode (executed copies in $(OUT))
 #   test-gpu-times  the loader's edit/build times, then the benchmark suite (quick: BENCH="--quick")
 #   test-gpu-sanitize  every op's kernels under compute-sanitizer's memcheck, racecheck, initcheck and synccheck
-#   test-gpu-grade  the grader, every check, on lesson 08's answer and on each wrong answer of its corpus
+#   test-gpu-grade  the grader, every check, on lesson 08's and 09's answers and on each wrong answer of their corpora
 test-gpu: test-gpu-unit test-gpu-nb test-gpu-times test-gpu-sanitize test-gpu-grade
 
 test-gpu-unit: $(SETUP)
@@ -69,12 +81,16 @@ test-gpu-sanitize: $(SETUP)
 
 test-gpu-grade: $(SETUP)
 	mkdir -p $(OUT)
-	( $(PY) -m helpers.grade swiglu --solution; rc=$$?; $(PY) -m helpers.grade_corpus || rc=1; exit $$rc ) > $(OUT)/grade.log 2>&1; \
+	( rc=0; for op in swiglu batchnorm_relu cross_entropy masked_softmax csr_matmul; do \
+	    $(PY) -m helpers.grade $$op --solution || rc=1; $(PY) -m helpers.grade_corpus --op $$op || rc=1; done; \
+	  exit $$rc ) > $(OUT)/grade.log 2>&1; \
 	  rc=$$?; tail -n 50 $(OUT)/grade.log; exit $$rc
 
-# Lesson 08: the report card of your capstone op, and the progress table of every exercise and the capstone.
+# Lessons 08 and 09: the report card of your op (OP=swiglu, the capstone, or a practice op), and the progress
+# table of every exercise, the capstone and the practice set.
+OP ?= swiglu
 grade: $(SETUP)
-	$(PY) -m helpers.grade swiglu
+	$(PY) -m helpers.grade $(OP)
 
 progress: $(SETUP)
 	$(PY) -m helpers.grade --course

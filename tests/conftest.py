@@ -45,6 +45,7 @@ def load_solutions(name: str):
 BY_TEST = (
     "tests/exercises/test_exercises.py",
     "tests/grade/test_grade.py",
+    "tests/grade/test_practice.py",
     "tests/lessons/test_notebooks.py",
     "tests/lessons/test_notebooks_learner.py",
     "tests/ops/test_compile.py",
@@ -56,12 +57,16 @@ WHEELS = ("tests/infrastructure/test_packaging.py", "wheel_square", "06_packagin
 def _weight(group: str) -> float:
     if group == "wheels":
         return 10
+    if group == "tests/browser/test_lessons_in_browser.py":
+        return 6  # JupyterLab and Chromium started once, lessons 00 and 01 run whole, three lessons' widgets
     if group.startswith("tests/lessons/test_notebooks.py::"):
         return 3
     if group.startswith(("tests/lessons/test_notebooks_learner.py::", "tests/ops/test_compile.py::")):
         return 1.5
     if group.startswith("tests/exercises/test_exercises.py::"):
         return 1
+    if group.startswith("tests/grade/test_practice.py::") and ":" not in group.split("::", 1)[1]:
+        return 1.5  # an op's solution, its learner's folder and its own tests
     return 0.5
 
 

@@ -98,3 +98,43 @@ def test_the_capstone_solution_compiles_for_all_archs():
         pch=True,
     )
     assert str(torch.ops.course.swiglu.default._schema) == "course::swiglu(Tensor x) -> Tensor"
+
+
+@pytest.mark.parametrize("name", ["batchnorm_relu", "cross_entropy", "masked_softmax", "csr_matmul"])
+def test_a_practice_solution_compiles_for_all_archs(name):
+    """Lesson 09's answers (kernels/solutions/<op>/, op folders) for the lowest and highest architecture, glue
+    included; the learner's copies below."""
+    from helpers import capstone, practice
+
+    where = practice.folder(name, solution=True)
+    loader.load(
+        name,
+        sources=capstone.sources(where),
+        include_dirs=[where],
+        cuda=True,
+        archs=[ARCHS[0], ARCHS[-1]],
+        extra_cuda_cflags=CHECK_ONLY,
+        pch=True,
+    )
+
+
+@pytest.mark.parametrize("name", ["batchnorm_relu", "cross_entropy", "masked_softmax", "csr_matmul"])
+def test_a_practice_stubs_cuda_files_compile(name, tmp_path):
+    """The learner's .cu files (torch-free: nvcc alone, no glue) as generated, for the lowest and highest
+    architecture: a stub that does not compile would greet the learner with a build error."""
+    import torch
+
+    from helpers import practice
+
+    kit = env.find_toolkit(torch.version.cuda)
+    if kit is None:
+        pytest.skip("no nvcc here")
+    where = practice.folder(name, solution=False)
+    for source in sorted(where.glob("*.cu")):
+        cmd = [str(kit.nvcc), "-std=c++17", "-O0", "--expt-relaxed-constexpr", "-Xcompiler", "-fPIC", *CHECK_ONLY]
+        for arch in (ARCHS[0], ARCHS[-1]):
+            sm = arch.replace(".", "")
+            cmd += ["-gencode", f"arch=compute_{sm},code=sm_{sm}"]
+        cmd += ["-I", str(where), "-I", str(env.KERNELS), "-c", str(source), "-o", str(tmp_path / "out.o")]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        assert done.returncode == 0, f"{source.name}:\n{done.stderr[-3000:]}"
