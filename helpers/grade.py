@@ -593,19 +593,27 @@ def check_errors(ctx: Context) -> str:
     for device in ctx.devices:
         for what, name, call in cases:
             ctx.case(f"{what}, on {device}")
-            try:
-                out = call(device)
-                if device == "cuda":
-                    torch.cuda.synchronize()
-            except Exception as e:  # noqa: BLE001  (any Python exception is a clear failure; the check reads it)
-                message = str(e).splitlines()[0] if str(e) else type(e).__name__
-                if not re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", str(e)):
-                    raise Fail(f"{what}: the error does not name {name}: {type(e).__name__}: {message}") from None
-                n += 1
-                continue
-            shape = list(out.shape) if hasattr(out, "shape") else type(out).__name__
-            raise Fail(f"{what}: returned {shape} instead of raising an error that names {name}")
+            expect_error(what, name, lambda: call(device), device)
+            n += 1
     return f"{n} bad inputs, each an error naming the argument"
+
+
+def expect_error(what: str, name: str, call, device: str) -> None:
+    """call() must raise an exception whose message names `name` (the argument at fault), as a word; an op that
+    returns instead, or names something else, fails the check. The checks of bad input of every op use it."""
+    import torch
+
+    try:
+        out = call()
+        if device == "cuda":
+            torch.cuda.synchronize()
+    except Exception as e:  # noqa: BLE001  (any Python exception is a clear failure; the check reads it)
+        message = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if not re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", str(e)):
+            raise Fail(f"{what}: the error does not name {name}: {type(e).__name__}: {message}") from None
+        return
+    shape = [list(o.shape) for o in out] if isinstance(out, tuple) else getattr(out, "shape", type(out).__name__)
+    raise Fail(f"{what}: returned {shape} instead of raising an error that names {name}")
 
 
 def check_opcheck(ctx: Context) -> str:
